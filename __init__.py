@@ -1,0 +1,10 @@
+"""vLLM-Omni Launcher: ComfyUI nodes that launch, supervise and use vLLM-Omni for Wan2.2 video.
+
+ComfyUI imports this folder as a custom node and reads NODE_CLASS_MAPPINGS; `pip install -e .`
+makes the same folder importable as `vllm_omni_launcher` for the CLI and the tests. The core
+(server/, client/, planner/) never imports ComfyUI; nodes/ imports it lazily at execution.
+"""
+from .nodes import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
+
+WEB_DIRECTORY = None
+__all__ = ["NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS"]

@@ -1,0 +1,34 @@
+"""One error type whose text is written for the person looking at the ComfyUI node.
+
+Every failure the launcher reports says what happened, why, and what the user can change
+(naming the setting or flag), and keeps the raw upstream message so nothing is lost when
+our explanation is wrong. Nodes raise these unchanged: ComfyUI shows `str(error)`.
+"""
+from __future__ import annotations
+
+
+class LauncherError(Exception):
+    """A user-facing failure.
+
+    `setting` names the node widget or CLI flag the fix is about, when there is one.
+    `raw` is the upstream text (server log tail, HTTP body) kept verbatim.
+    """
+
+    def __init__(self, what: str, why: str = "", fix: str = "", *, setting: str = "", raw: str = "") -> None:
+        self.what, self.why, self.fix, self.setting, self.raw = what, why, fix, setting, raw
+        super().__init__(self.text())
+
+    def text(self) -> str:
+        parts = [self.what.rstrip(".") + "."]
+        if self.why:
+            parts.append(f"Why: {self.why.rstrip('.')}.")
+        if self.fix:
+            parts.append(f"Fix: {self.fix.rstrip('.')}.")
+        text = " ".join(parts)
+        if self.raw:
+            text += f"\n--- upstream said ---\n{self.raw.strip()}"
+        return text
+
+
+class SpecError(LauncherError, ValueError):
+    """A launch configuration that must not start (caught before any process runs)."""

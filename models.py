@@ -1,0 +1,151 @@
+"""What the launcher knows about each Wan2.2 model: identity, shape, rules and defaults.
+
+Upstream vLLM-Omni keys the pipeline on `model_index.json` and silently rewrites bad
+request values (frames to 4k+1, sizes floored) or fails the job late (I2V sizes). We keep
+the rules here, once, so the spec, the planner, the client and the nodes agree and can
+tell the user the nearest valid value before a GPU minute is spent.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import LauncherError
+
+
+@dataclass(frozen=True)
+class WanFamily:
+    """One Wan2.2 model family and its upstream-recommended request defaults."""
+
+    key: str                 # stable id used in workflows: "t2v_a14b" | "i2v_a14b" | "ti2v_5b"
+    label: str
+    hf_id: str
+    pipeline_class: str      # model_index.json _class_name
+    attention_heads: int
+    layers: int
+    dit_params_b: float      # parameters per DiT expert, billions
+    experts: int             # 2 for the A14B MoE (transformer + transformer_2)
+    size_multiple: int       # 16 for A14B (VAE x8, patch 2), 32 for TI2V-5B (VAE x16, patch 2)
+    vae_spatial: int         # VAE spatial compression
+    latent_channels: int
+    image_input: str         # "none" | "required" | "optional"
+    # request defaults (Wan2.2 upstream recommendations, vllm-omni-serving.md section 5.2)
+    width: int
+    height: int
+    frames: int
+    fps: float
+    steps: int
+    guidance: float
+    guidance_2: float
+    boundary_ratio: float
+    flow_shift: float
+
+
+FAMILIES: dict[str, WanFamily] = {
+    f.key: f
+    for f in (
+        WanFamily("t2v_a14b", "Wan2.2 T2V-A14B", "Wan-AI/Wan2.2-T2V-A14B-Diffusers", "WanPipeline",
+                  40, 40, 14.29, 2, 16, 8, 16, "none",
+                  832, 480, 81, 16.0, 40, 4.0, 3.0, 0.875, 12.0),
+        WanFamily("i2v_a14b", "Wan2.2 I2V-A14B", "Wan-AI/Wan2.2-I2V-A14B-Diffusers", "WanImageToVideoPipeline",
+                  40, 40, 14.29, 2, 16, 8, 16, "required",
+                  832, 480, 81, 16.0, 40, 3.5, 3.5, 0.9, 5.0),
+        WanFamily("ti2v_5b", "Wan2.2 TI2V-5B", "Wan-AI/Wan2.2-TI2V-5B-Diffusers", "WanPipeline",
+                  24, 30, 5.0, 1, 32, 16, 48, "optional",
+                  1280, 704, 121, 24.0, 50, 5.0, 5.0, 0.875, 5.0),
+    )
+}
+
+_BY_HF_ID = {f.hf_id.lower(): f for f in FAMILIES.values()}
+
+
+def family_for(model: str) -> WanFamily:
+    """Identify the Wan2.2 family of an HF id or a local Diffusers folder.
+
+    A local folder is recognised from its own `model_index.json` (as upstream does), so a
+    renamed or fine-tuned copy works; an HF id must be one of the three Wan2.2 repos.
+    """
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return _family_from_folder(path)
+    family = _BY_HF_ID.get(model.strip().lower())
+    if family is None:
+        raise LauncherError(
+            f"Unknown model '{model}'",
+            "the launcher supports the Wan2.2 Diffusers repos (T2V-A14B, I2V-A14B, TI2V-5B) "
+            "or a local folder holding one of them",
+            "pick a model preset, or point the model at a local Wan2.2 *-Diffusers folder "
+            "(it must contain model_index.json)",
+            setting="model",
+        )
+    return family
+
+
+def _family_from_folder(path: Path) -> WanFamily:
+    index = path / "model_index.json"
+    if not index.is_file():
+        raise LauncherError(
+            f"'{path}' is not a Diffusers model folder",
+            "it has no model_index.json; vLLM-Omni loads only Diffusers-format Wan2.2 repos, "
+            "not the original Wan-AI checkpoints",
+            "download the *-Diffusers repo (e.g. Wan-AI/Wan2.2-TI2V-5B-Diffusers) into that folder",
+            setting="model",
+        )
+    try:
+        data = json.loads(index.read_text())
+    except (OSError, ValueError) as exc:
+        raise LauncherError(f"Cannot read {index}", str(exc), "re-download the model", setting="model") from exc
+    cls = data.get("_class_name", "")
+    if cls == "WanImageToVideoPipeline":
+        return FAMILIES["i2v_a14b"]
+    if cls == "WanPipeline":
+        return FAMILIES["ti2v_5b"] if data.get("expand_timesteps") else FAMILIES["t2v_a14b"]
+    raise LauncherError(
+        f"'{path}' holds a {cls or 'unknown'} pipeline, not Wan2.2",
+        "model_index.json names the pipeline class and vLLM-Omni picks its code from it",
+        "use a Wan2.2 T2V-A14B, I2V-A14B or TI2V-5B Diffusers folder",
+        setting="model",
+    )
+
+
+def nearest_frames(frames: int) -> int:
+    """Nearest valid Wan frame count (4k+1), never below 1."""
+    k = max(0, round((frames - 1) / 4))
+    return 4 * k + 1
+
+
+def check_request(family: WanFamily, *, width: int, height: int, frames: int, has_image: bool) -> None:
+    """Refuse request shapes upstream would rewrite silently or fail late, naming the fix."""
+    m = family.size_multiple
+    for name, value in (("width", width), ("height", height)):
+        if value % m or value <= 0:
+            lower, upper = max(m, value // m * m), (value // m + 1) * m
+            raise LauncherError(
+                f"{name} {value} is not valid for {family.label}",
+                f"it must be a multiple of {m} ({'VAE x16 and patch 2' if m == 32 else 'VAE x8 and patch 2'}); "
+                "upstream would silently shrink it or fail the job",
+                f"set {name} to {lower}" + (f" or {upper}" if upper != lower else ""),
+                setting=name,
+            )
+    if frames < 1 or (frames - 1) % 4:
+        raise LauncherError(
+            f"frames {frames} is not valid for Wan2.2",
+            "the frame count must be 4k+1 (Wan's VAE packs 4 frames per latent after the first)",
+            f"set frames to {nearest_frames(frames)}",
+            setting="frames",
+        )
+    if family.image_input == "required" and not has_image:
+        raise LauncherError(
+            f"{family.label} needs a start image",
+            "it is an image-to-video model; upstream fails the job with 'No image is provided'",
+            "connect an IMAGE to the 'image' input, or load T2V-A14B / TI2V-5B for text-only video",
+            setting="image",
+        )
+    if family.image_input == "none" and has_image:
+        raise LauncherError(
+            f"{family.label} ignores images",
+            "the T2V-A14B pipeline runs text-to-video only, so the image would be dropped silently",
+            "disconnect the image, or load I2V-A14B or TI2V-5B for image-to-video",
+            setting="image",
+        )

@@ -1,0 +1,1 @@
+"""GPU memory planning, configuration recommendation and the environment doctor."""

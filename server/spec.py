@@ -1,0 +1,398 @@
+"""The launch spec: what the user chose, turned into a `vllm serve MODEL --omni` command.
+
+A LaunchSpec is a frozen value: nodes, the CLI and the supervisor build one, `validate()`
+refuses what the real server would refuse or mis-handle (before any process starts, with
+the setting to change), and `build()` returns argv and environment. The API key travels
+in the environment, never in argv, and nothing else is added that the user did not choose.
+One dataclass per concern, like vLLM's own config code.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Optional
+
+from ..errors import SpecError
+from ..models import WanFamily, family_for
+from .flags import EXTRA_FLAGS, LOCAL_ONLY_FLAGS, NONEXISTENT_FLAGS, Version
+
+PARALLEL_MODES = ("none", "tensor", "ulysses", "ring", "cfg", "hsdp")
+OFFLOAD_MODES = ("none", "module", "layerwise")
+QUANTIZATIONS = ("none", "fp8")
+CACHE_BACKENDS = ("none", "cache_dit")
+ULYSSES_MODES = ("strict", "advanced_uaa")
+DEFAULT_VERSION: Version = (0, 30)
+
+_MODE_FLAG = {"tensor": "--tensor-parallel-size", "ulysses": "--usp", "ring": "--ring",
+              "cfg": "--cfg-parallel-size", "hsdp": "--hsdp-shard-size"}
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """Exactly one multi-GPU mode and its degree, plus VAE patch parallel inside that world.
+
+    `hsdp` adds FSDP2 weight sharding over the Ulysses/ring/CFG world (the configuration
+    upstream's own 2xH100 baseline uses); mode "hsdp" alone is pure weight sharding.
+    """
+
+    mode: str = "none"
+    degree: int = 1
+    vae_patch: int = 1
+    ulysses_mode: str = "strict"
+    hsdp: bool = False
+
+    @property
+    def world_size(self) -> int:
+        return 1 if self.mode == "none" else self.degree
+
+    def flags(self) -> list[str]:
+        out: list[str] = []
+        if self.mode == "hsdp":
+            out += ["--use-hsdp", "--hsdp-shard-size", str(self.degree)]
+        elif self.mode != "none":
+            out += [_MODE_FLAG[self.mode], str(self.degree)]
+            if self.hsdp:
+                out.append("--use-hsdp")
+        if self.mode == "ulysses" and self.ulysses_mode != "strict":
+            out += ["--ulysses-mode", self.ulysses_mode]
+        if self.vae_patch > 1:
+            out += ["--vae-patch-parallel-size", str(self.vae_patch)]
+        return out
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    """How weights and activations are kept small enough for the card."""
+
+    offload: str = "none"          # none | module (text encoder <-> DiT) | layerwise (DiT blocks)
+    quantization: str = "none"     # none | fp8
+    vae_tiling: bool = False
+    vae_slicing: bool = False
+
+    def flags(self) -> list[str]:
+        out: list[str] = []
+        if self.offload == "module":
+            out.append("--enable-cpu-offload")
+        elif self.offload == "layerwise":
+            out.append("--enable-layerwise-offload")
+        if self.quantization == "fp8":
+            out += ["--quantization", "fp8"]
+        if self.vae_tiling:
+            out.append("--vae-use-tiling")
+        if self.vae_slicing:
+            out.append("--vae-use-slicing")
+        return out
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """Speed and model-behaviour switches fixed for the server's lifetime."""
+
+    cache_backend: str = "none"    # none | cache_dit
+    enforce_eager: bool = False    # upstream default: torch.compile on (slower start, faster steps)
+    boundary_ratio: Optional[float] = None  # server-side MoE switch; beats the request value
+    flow_shift: Optional[float] = None      # server default; the request value beats it
+
+    def flags(self) -> list[str]:
+        out: list[str] = []
+        if self.cache_backend != "none":
+            out += ["--cache-backend", self.cache_backend]
+        if self.enforce_eager:
+            out.append("--enforce-eager")
+        if self.boundary_ratio is not None:
+            out += ["--boundary-ratio", _num(self.boundary_ratio)]
+        if self.flow_shift is not None:
+            out += ["--flow-shift", _num(self.flow_shift)]
+        return out
+
+
+@dataclass(frozen=True)
+class LaunchCommand:
+    """argv and the environment additions for one launch; the repr hides the key."""
+
+    argv: list[str]
+    env: dict[str, str]
+
+    def redacted(self) -> dict[str, Any]:
+        return {"argv": list(self.argv), "env": {k: ("***" if k == "VLLM_API_KEY" else v) for k, v in self.env.items()}}
+
+    def __repr__(self) -> str:
+        return f"LaunchCommand({self.redacted()!r})"
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """One server: model, GPUs, parallelism, memory, runtime switches and network."""
+
+    model: str
+    gpus: Optional[tuple[int, ...]] = None   # None: every visible GPU (first `world_size` are used)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    served_model_name: Optional[str] = None
+    host: str = "127.0.0.1"
+    port: Optional[int] = None               # None: a free port is chosen at launch
+    extra_flags: tuple[str, ...] = ()
+
+    # ---- identity -------------------------------------------------------------------
+    @property
+    def family(self) -> WanFamily:
+        return family_for(self.model)
+
+    @property
+    def served_name(self) -> str:
+        return self.served_model_name or self.model
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["gpus"] = list(self.gpus) if self.gpus is not None else None
+        data["extra_flags"] = list(self.extra_flags)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "LaunchSpec":
+        gpus = data.get("gpus")
+        return cls(
+            model=data["model"],
+            gpus=tuple(int(g) for g in gpus) if gpus is not None else None,
+            parallel=ParallelConfig(**data.get("parallel", {})),
+            memory=MemoryConfig(**data.get("memory", {})),
+            runtime=RuntimeConfig(**data.get("runtime", {})),
+            served_model_name=data.get("served_model_name"),
+            host=data.get("host", "127.0.0.1"),
+            port=data.get("port"),
+            extra_flags=tuple(data.get("extra_flags", ())),
+        )
+
+    def fingerprint(self) -> str:
+        """Stable id of everything that changes the server process (the reuse key)."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def with_changes(self, **changes: Any) -> "LaunchSpec":
+        return replace(self, **changes)
+
+    # ---- validation -----------------------------------------------------------------
+    def validate(self, visible_gpus: Optional[int] = None, version: Version = DEFAULT_VERSION) -> list[str]:
+        """Raise SpecError for what must not start; return warnings for what may.
+
+        `visible_gpus` is how many GPUs this machine shows (None: unknown, skip that check).
+        """
+        family = self.family
+        p, m, r = self.parallel, self.memory, self.runtime
+        _choice("parallel mode", p.mode, PARALLEL_MODES)
+        _choice("offload", m.offload, OFFLOAD_MODES)
+        _choice("quantization", m.quantization, QUANTIZATIONS)
+        _choice("cache backend", r.cache_backend, CACHE_BACKENDS)
+        _choice("ulysses mode", p.ulysses_mode, ULYSSES_MODES)
+        self._validate_parallel(family)
+        self._validate_gpus(visible_gpus)
+        if m.offload == "layerwise" and (p.world_size > 1 or p.vae_patch > 1):
+            raise SpecError(
+                "Layerwise offload cannot be combined with multi-GPU parallelism",
+                "vLLM-Omni's layerwise (block-wise) offload is single-card only; upstream lists it as "
+                "incompatible with sequence, CFG, tensor parallel and HSDP",
+                "set offload to 'module' (works with every parallel mode), or set the parallel mode to 'none'",
+                setting="offload",
+            )
+        if r.boundary_ratio is not None and not 0.0 <= r.boundary_ratio <= 1.0:
+            raise SpecError(f"Boundary ratio {r.boundary_ratio} is out of range", "it must be within 0..1",
+                            "set boundary_ratio between 0 and 1 (Wan2.2: T2V 0.875, I2V 0.9)",
+                            setting="boundary_ratio")
+        if r.flow_shift is not None and r.flow_shift <= 0:
+            raise SpecError(f"Flow shift {r.flow_shift} must be positive", "the scheduler shift divides time steps",
+                            "set flow_shift > 0 (Wan2.2: T2V 12, I2V and TI2V 5)", setting="flow_shift")
+        if self.port is not None and not 0 < self.port < 65536:
+            raise SpecError(f"Port {self.port} is not a TCP port", "ports are 1..65535",
+                            "leave the port empty to pick a free one", setting="port")
+        self._validate_extra_flags(version)
+        warnings = []
+        if m.quantization == "fp8":
+            warnings.append("FP8 for Wan2.2 is not validated upstream (vLLM-Omni's feature table marks "
+                            "Wan2.2 quantization unsupported); compare quality against bf16.")
+        if r.boundary_ratio in (0.0, 1.0) and family.experts == 2:
+            warnings.append(f"boundary_ratio {r.boundary_ratio:g} loads only one A14B expert: less memory, "
+                            "lower quality.")
+        return warnings
+
+    def _validate_parallel(self, family: WanFamily) -> None:
+        p = self.parallel
+        if p.mode == "none":
+            if p.degree != 1:
+                raise SpecError(f"Parallel degree {p.degree} needs a parallel mode",
+                                "with mode 'none' the server runs on one GPU",
+                                "pick a parallel mode (ulysses, cfg, ...) or set the degree to 1",
+                                setting="parallel_degree")
+            if p.hsdp:
+                raise SpecError("HSDP on top of no parallel mode has nothing to shard over",
+                                "HSDP overlays the Ulysses/ring/CFG world",
+                                "choose parallel mode 'hsdp' with a degree instead", setting="parallel_mode")
+        elif p.degree < 2:
+            raise SpecError(f"Parallel mode '{p.mode}' with degree {p.degree} does nothing",
+                            "a parallel mode splits work over at least 2 GPUs",
+                            "set the degree to 2 or more, or the mode to 'none'", setting="parallel_degree")
+        if p.mode == "cfg" and p.degree != 2:
+            raise SpecError(f"CFG parallel degree {p.degree} is not 2",
+                            "classifier-free guidance has exactly two passes (positive and negative), "
+                            "so upstream can use only 2 ranks for it",
+                            "set the degree to 2, or use ulysses/ring for more GPUs", setting="parallel_degree")
+        if p.hsdp and p.mode == "tensor":
+            raise SpecError("HSDP (FSDP2) is not compatible with TP",
+                            "upstream refuses tensor parallel together with HSDP weight sharding",
+                            "use HSDP with ulysses/ring/cfg, or tensor parallel without HSDP", setting="parallel_mode")
+        if p.mode == "ulysses" and p.ulysses_mode == "strict" and family.attention_heads % p.degree:
+            ok = [d for d in range(2, 9) if family.attention_heads % d == 0]
+            raise SpecError(
+                f"Ulysses degree {p.degree} does not divide {family.label}'s {family.attention_heads} attention heads",
+                "strict Ulysses splits the heads evenly across GPUs",
+                f"use a degree in {ok}, or set ulysses mode to 'advanced_uaa' (uneven split)",
+                setting="parallel_degree")
+        if p.vae_patch < 1 or (p.vae_patch > 1 and (p.vae_patch > p.world_size or p.world_size % p.vae_patch)):
+            raise SpecError(
+                f"VAE patch parallel {p.vae_patch} does not fit a world of {p.world_size} GPU(s)",
+                "VAE patch parallel runs inside the DiT's parallel world; it cannot add GPUs",
+                f"set VAE patch parallel to 1 or to a divisor of {p.world_size}", setting="vae_patch_parallel")
+
+    def _validate_gpus(self, visible_gpus: Optional[int]) -> None:
+        world = self.parallel.world_size
+        if self.gpus is not None:
+            if len(set(self.gpus)) != len(self.gpus) or any(g < 0 for g in self.gpus) or not self.gpus:
+                raise SpecError(f"GPU list {list(self.gpus)} is not valid", "ids must be distinct and >= 0",
+                                "write GPU ids like '0' or '0,1', or 'all'", setting="gpus")
+            if world > len(self.gpus):
+                raise SpecError(
+                    f"The parallel config needs {world} GPUs but {len(self.gpus)} are selected",
+                    f"world size = {self.parallel.mode} degree {self.parallel.degree}; upstream would fail with "
+                    f"'Stage 0 requires {world} device(s)'",
+                    f"select {world} GPUs, or lower the parallel degree to {len(self.gpus)}", setting="gpus")
+            if world < len(self.gpus):
+                raise SpecError(
+                    f"{len(self.gpus)} GPUs are selected but the parallel config uses {world}",
+                    "upstream would leave the extra GPUs idle",
+                    f"pick a {len(self.gpus)}-way parallel mode (cfg for 2 GPUs with CFG on, ulysses for speed, "
+                    f"tensor/hsdp for memory), or select {world} GPU(s)", setting="parallel_mode")
+            if visible_gpus is not None and max(self.gpus) >= visible_gpus:
+                raise SpecError(f"GPU {max(self.gpus)} does not exist", f"this machine shows {visible_gpus} GPU(s)",
+                                f"use ids 0..{visible_gpus - 1}", setting="gpus")
+        elif visible_gpus is not None and world > visible_gpus:
+            raise SpecError(
+                f"The parallel config needs {world} GPUs but this machine shows {visible_gpus}",
+                f"upstream would fail with 'Stage 0 requires {world} device(s)'",
+                f"lower the parallel degree to {visible_gpus} or less", setting="parallel_degree")
+
+    def _validate_extra_flags(self, version: Version) -> None:
+        owned = {"--tensor-parallel-size": "parallel mode 'tensor'", "-tp": "parallel mode 'tensor'",
+                 "--usp": "parallel mode 'ulysses'", "--ulysses-degree": "parallel mode 'ulysses'",
+                 "--ring": "parallel mode 'ring'", "--ring-degree": "parallel mode 'ring'",
+                 "--cfg-parallel-size": "parallel mode 'cfg'", "--use-hsdp": "parallel mode 'hsdp'",
+                 "--hsdp-shard-size": "parallel mode 'hsdp'", "--vae-patch-parallel-size": "VAE patch parallel",
+                 "--enable-cpu-offload": "offload 'module'", "--enable-layerwise-offload": "offload 'layerwise'",
+                 "--quantization": "quantization 'fp8'", "-q": "quantization 'fp8'",
+                 "--vae-use-tiling": "VAE tiling", "--vae-use-slicing": "VAE slicing",
+                 "--cache-backend": "cache backend", "--enforce-eager": "compile off (enforce eager)",
+                 "--boundary-ratio": "boundary ratio", "--flow-shift": "flow shift",
+                 "--served-model-name": "served model name", "--ulysses-mode": "ulysses mode"}
+        args = list(self.extra_flags)
+        i = 0
+        while i < len(args):
+            raw = args[i]
+            name, has_inline = raw.split("=", 1)[0], "=" in raw
+            if name in NONEXISTENT_FLAGS:
+                raise SpecError(f"Flag {name} does not exist in vLLM-Omni",
+                                "it comes from blog posts; the real `vllm serve --omni` exits with "
+                                f"'unrecognized arguments: {name}'",
+                                f"remove it; use {NONEXISTENT_FLAGS[name]}", setting="extra_flags")
+            if name in LOCAL_ONLY_FLAGS:
+                raise SpecError(f"Flag {name} cannot be set from a workflow",
+                                "a shared workflow must not choose network exposure, keys or remote code",
+                                f"remove it; {LOCAL_ONLY_FLAGS[name]}", setting="extra_flags")
+            if name in owned:
+                raise SpecError(f"Flag {name} is a launcher setting", "the launcher validates it with the rest",
+                                f"remove it and set {owned[name]} instead", setting="extra_flags")
+            spec = EXTRA_FLAGS.get(name)
+            if spec is None:
+                raise SpecError(f"Flag {name} is not on the launcher's allow-list",
+                                "extra flags are limited to ones checked against the real parser",
+                                "use one of: " + ", ".join(sorted(EXTRA_FLAGS)), setting="extra_flags")
+            if version < spec.since:
+                raise SpecError(f"Flag {name} needs vLLM-Omni {spec.since[0]}.{spec.since[1]} or newer",
+                                f"the server environment runs {version[0]}.{version[1]}",
+                                f"remove {name}, or upgrade the server environment", setting="extra_flags")
+            if spec.takes_value:
+                if has_inline:
+                    value = raw.split("=", 1)[1]
+                elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+                    i += 1
+                    value = args[i]
+                else:
+                    raise SpecError(f"Flag {name} needs a value", "it is not a switch",
+                                    f"write it as {name}=VALUE", setting="extra_flags")
+                if spec.choices and value not in spec.choices:
+                    raise SpecError(f"{name} {value} is not valid", f"allowed: {', '.join(spec.choices)}",
+                                    f"use {name}={spec.choices[0]}", setting="extra_flags")
+            elif has_inline:
+                raise SpecError(f"Flag {name} takes no value", "it is a switch", f"write it as {name}",
+                                setting="extra_flags")
+            i += 1
+
+    # ---- command --------------------------------------------------------------------
+    def flags(self) -> list[str]:
+        """The `vllm serve` flags after the model, without host/port (those come at launch)."""
+        out = ["--omni"]
+        if self.served_model_name:
+            out += ["--served-model-name", self.served_model_name]
+        out += self.parallel.flags() + self.memory.flags() + self.runtime.flags()
+        return out + list(self.extra_flags)
+
+    def build(self, executable: list[str], port: int, api_key: Optional[str],
+              trust_remote_code: bool = False) -> LaunchCommand:
+        """argv and environment for one launch.
+
+        `executable` and `trust_remote_code` come from the local configuration, never from
+        the spec (a shared workflow must not pick a program to run or allow remote code).
+        """
+        argv = [*executable, "serve", self.model, *self.flags(), "--host", self.host, "--port", str(port)]
+        if trust_remote_code:
+            argv.append("--trust-remote-code")
+        env: dict[str, str] = {}
+        if self.gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.gpus)
+        if api_key:
+            env["VLLM_API_KEY"] = api_key
+        return LaunchCommand(argv, env)
+
+
+def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise SpecError(f"Unknown {name} '{value}'", f"allowed: {', '.join(allowed)}",
+                        f"set {name} to one of {', '.join(allowed)}", setting=name.replace(" ", "_"))
+
+
+def _num(value: float) -> str:
+    return f"{value:g}"
+
+
+def parse_gpus(text: str) -> Optional[tuple[int, ...]]:
+    """'all' or '' -> None (every visible GPU); '0,1' -> (0, 1)."""
+    text = text.strip().lower()
+    if text in ("", "all", "auto"):
+        return None
+    try:
+        return tuple(int(part) for part in text.replace(" ", "").split(",") if part)
+    except ValueError as exc:
+        raise SpecError(f"GPU list '{text}' is not valid", "expected comma-separated ids",
+                        "write '0', '0,1' or 'all'", setting="gpus") from exc
+
+
+def parse_parallel(text: str) -> tuple[str, int]:
+    """'ulysses=2' -> ('ulysses', 2); 'none' -> ('none', 1). Aliases: tp, usp, sp, cfg."""
+    aliases = {"tp": "tensor", "usp": "ulysses", "sp": "ulysses", "cfg_parallel": "cfg", "": "none"}
+    name, _, degree = text.strip().lower().partition("=")
+    mode = aliases.get(name, name)
+    _choice("parallel mode", mode, PARALLEL_MODES)
+    try:
+        return mode, int(degree) if degree else (1 if mode == "none" else 2)
+    except ValueError as exc:
+        raise SpecError(f"Parallel degree '{degree}' is not a number", "expected MODE=N",
+                        "write e.g. ulysses=2", setting="parallel") from exc
