@@ -1,3 +1,22 @@
-"""ComfyUI nodes (V1 API): a thin layer over server/, client/ and planner/."""
-NODE_CLASS_MAPPINGS: dict = {}
-NODE_DISPLAY_NAME_MAPPINGS: dict = {}
+"""ComfyUI nodes (V1 API): a thin layer over server/, client/ and planner/.
+
+Node ids carry the `VLLMOmni` prefix and never change: workflows store them.
+"""
+from .doctor_node import Doctor
+from .generate_node import GenerateVideo
+from .model_nodes import LoadModel, ServingConfig
+from .server_nodes import LocalServer, RemoteServer, ServerStatus, StopServer
+
+_NODES = {
+    "VLLMOmniLoadModel": (LoadModel, "vLLM-Omni Load Wan2.2 Model"),
+    "VLLMOmniServingConfig": (ServingConfig, "vLLM-Omni Serving Config"),
+    "VLLMOmniLocalServer": (LocalServer, "vLLM-Omni Local Server"),
+    "VLLMOmniRemoteServer": (RemoteServer, "vLLM-Omni Remote Server"),
+    "VLLMOmniGenerateVideo": (GenerateVideo, "vLLM-Omni Generate Video"),
+    "VLLMOmniStopServer": (StopServer, "vLLM-Omni Stop Server"),
+    "VLLMOmniServerStatus": (ServerStatus, "vLLM-Omni Server Status"),
+    "VLLMOmniDoctor": (Doctor, "vLLM-Omni Doctor"),
+}
+
+NODE_CLASS_MAPPINGS = {node_id: cls for node_id, (cls, _) in _NODES.items()}
+NODE_DISPLAY_NAME_MAPPINGS = {node_id: name for node_id, (_, name) in _NODES.items()}

@@ -33,6 +33,7 @@ class LocalConfig:
     data_dir: str = ""                        # logs, state files, job storage
     keep_alive_minutes: float = 0.0           # default idle stop; 0 keeps the server up
     startup_timeout_s: Optional[float] = None  # None: scaled by model size
+    hang_timeout_s: float = 120.0             # /health failing this long while the process lives: restart
     remote_api_keys: dict[str, str] = field(default_factory=dict, repr=False)  # URL prefix -> key
     extra_env: dict[str, str] = field(default_factory=dict)  # e.g. HF_HOME, HF_HUB_OFFLINE
 
@@ -71,6 +72,12 @@ class LocalConfig:
         return path
 
 
+def default_data_dir() -> str:
+    """Where logs, state files and job storage go when the config names no data_dir."""
+    user = _comfy_user_dir()
+    return str(user / "vllm_omni_launcher") if user else "~/.cache/vllm-omni-launcher"
+
+
 def _comfy_user_dir() -> Optional[Path]:
     """ComfyUI's user directory, when running inside ComfyUI (lazy: CI has no ComfyUI)."""
     try:
@@ -105,7 +112,7 @@ def load_local_config() -> LocalConfig:
     if env.get(ENV_PREFIX + "SERVER_CMD"):
         data["server_command"] = shlex.split(env[ENV_PREFIX + "SERVER_CMD"])
     for key, conv in (("SERVER_ENV", str), ("HOST", str), ("PORT", int), ("DATA_DIR", str),
-                      ("KEEP_ALIVE_MINUTES", float), ("STARTUP_TIMEOUT_S", float)):
+                      ("KEEP_ALIVE_MINUTES", float), ("STARTUP_TIMEOUT_S", float), ("HANG_TIMEOUT_S", float)):
         if env.get(ENV_PREFIX + key):
             data[key.lower()] = conv(env[ENV_PREFIX + key])
     if env.get(ENV_PREFIX + "TRUST_REMOTE_CODE"):
@@ -116,8 +123,7 @@ def load_local_config() -> LocalConfig:
     command = data.get("server_command") or ()
     if isinstance(command, str):
         command = shlex.split(command)
-    user = _comfy_user_dir()
-    default_data = str(user / "vllm_omni_launcher") if user else "~/.cache/vllm-omni-launcher"
+    default_data = default_data_dir()
     return LocalConfig(
         server_command=tuple(command),
         server_env=data.get("server_env"),
@@ -127,6 +133,7 @@ def load_local_config() -> LocalConfig:
         data_dir=data.get("data_dir") or default_data,
         keep_alive_minutes=float(data.get("keep_alive_minutes", 0.0)),
         startup_timeout_s=data.get("startup_timeout_s"),
+        hang_timeout_s=float(data.get("hang_timeout_s") or 120.0),
         remote_api_keys=keys,
         extra_env={str(k): str(v) for k, v in (data.get("extra_env") or {}).items()},
     )

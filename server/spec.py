@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Optional
 
-from ..errors import SpecError
+from ..errors import LauncherError, SpecError
 from ..models import WanFamily, family_for
 from .flags import EXTRA_FLAGS, LOCAL_ONLY_FLAGS, NONEXISTENT_FLAGS, Version
 
@@ -179,7 +179,10 @@ class LaunchSpec:
 
         `visible_gpus` is how many GPUs this machine shows (None: unknown, skip that check).
         """
-        family = self.family
+        try:
+            family = self.family
+        except LauncherError as exc:
+            raise SpecError(exc.what, exc.why, exc.fix, setting=exc.setting, raw=exc.raw) from exc
         p, m, r = self.parallel, self.memory, self.runtime
         _choice("parallel mode", p.mode, PARALLEL_MODES)
         _choice("offload", m.offload, OFFLOAD_MODES)

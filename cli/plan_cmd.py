@@ -1,0 +1,102 @@
+"""`plan`: estimate GPU memory for a launch spec and a request, and recommend the fastest config that fits.
+
+  python -m vllm_omni_launcher plan --model Wan-AI/Wan2.2-T2V-A14B-Diffusers --width 832 --height 480 \
+      --frames 81 --gpu-memory 24,24
+
+Without --gpu-memory it asks NVML for this machine's GPUs (free memory); with it, it plans for
+GPUs that are not present (sizes in GB, e.g. 24,24 or 80 or 2x141).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..errors import LauncherError
+from ..models import check_request
+from ..planner.gpus import parse_gpu_memory
+from ..planner.ladder import recommend
+from ..planner.memory import RequestShape, plan
+from ..server.local_config import load_local_config
+from .launch_options import add_launch_options, spec_from_args
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_launch_options(parser)
+    g = parser.add_argument_group("request")
+    g.add_argument("--width", type=int, default=None, help="frame width (default: the model's)")
+    g.add_argument("--height", type=int, default=None, help="frame height (default: the model's)")
+    g.add_argument("--frames", type=int, default=None, help="frame count, 4k+1 (default: the model's)")
+    g.add_argument("--no-cfg", action="store_true", help="guidance 1 (no negative branch)")
+    g.add_argument("--batch", type=int, default=1, help="requests run together (--max-num-seqs)")
+    g = parser.add_argument_group("GPUs")
+    g.add_argument("--gpu-memory", default=None, metavar="GB,GB",
+                   help="plan for GPUs of these sizes instead of this machine's (e.g. 24,24 or 80 or 2x141)")
+    g.add_argument("--gpu-name", default="", help="name for --gpu-memory GPUs, e.g. 'NVIDIA GeForce RTX 4090'")
+    g.add_argument("--p2p", choices=("yes", "no", "unknown"), default="unknown",
+                   help="peer-to-peer access between the GPUs (default: NVML when real, else unknown)")
+    g.add_argument("--allow-fp8", action="store_true", help="let the recommendation use FP8 (unvalidated for Wan2.2)")
+    g.add_argument("--host-ram", type=float, default=None, metavar="GB",
+                   help="host RAM available for offload (default: this machine's, via psutil)")
+    parser.add_argument("--no-recommend", action="store_true", help="only the breakdown of the given spec")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_local_config()
+    spec = spec_from_args(args, default_host=config.host)
+    family = spec.family
+    req = RequestShape(width=args.width or family.width, height=args.height or family.height,
+                       frames=args.frames or family.frames, cfg=not args.no_cfg, batch=max(1, args.batch))
+    check_request(family, width=req.width, height=req.height, frames=req.frames,
+                  has_image=family.image_input == "required")
+    gpus = None
+    if args.gpu_memory:
+        try:
+            sizes = parse_gpu_memory(args.gpu_memory)
+        except ValueError as exc:
+            raise LauncherError(f"--gpu-memory {args.gpu_memory!r} is not valid", str(exc),
+                                "write sizes in GB separated by commas, e.g. 24,24", setting="gpu_memory") from exc
+        from ..planner.gpus import hypothetical_gpus
+        gpus = hypothetical_gpus(sizes, name=args.gpu_name)
+    host = -1.0 if args.host_ram is None else args.host_ram
+    warnings: list[str] = []
+    try:
+        warnings = spec.validate(visible_gpus=len(gpus) if gpus else None)
+        spec_error = None
+    except LauncherError as exc:
+        spec_error = exc
+    breakdown = None
+    if spec_error is None:
+        breakdown = plan(spec, req, gpus, host_available_gib=host)
+    rec = None
+    rec_error = None
+    if not args.no_recommend:
+        p2p = {"yes": True, "no": False, "unknown": None}[args.p2p]
+        try:
+            rec = recommend(spec, req, gpus, p2p=p2p, allow_fp8=args.allow_fp8, host_available_gib=host)
+        except LauncherError as exc:
+            rec_error = exc
+    if args.json:
+        out = {"plan": breakdown.to_dict() if breakdown else None,
+               "spec_error": str(spec_error) if spec_error else None,
+               "warnings": warnings,
+               "recommendation": rec.to_dict() if rec else None,
+               "recommendation_error": str(rec_error) if rec_error else None}
+        print(json.dumps(out, indent=1))
+    else:
+        if spec_error:
+            print(f"the given launch options cannot start: {spec_error}")
+        elif breakdown:
+            print("== the given launch options ==")
+            print(breakdown.text())
+        for w in warnings:
+            print(f"warning: {w}")
+        if rec:
+            print("\n== recommendation ==")
+            print(rec.text())
+        elif rec_error:
+            print(f"\nno recommendation: {rec_error}", file=sys.stderr)
+    if rec is not None:
+        return 0 if rec.spec is not None else 3
+    return 0 if (breakdown is not None and breakdown.fits is not False) else 3

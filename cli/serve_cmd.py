@@ -1,0 +1,135 @@
+"""`serve`: run and supervise one vLLM-Omni server in the foreground until Ctrl-C.
+
+Same launch options as `argv`; the supervisor restarts the server if it crashes after it
+was ready, and Ctrl-C (or SIGTERM) stops its whole process group and checks nothing is
+left. The server gets a fresh API key that lives only in its environment; to let clients
+on other machines use it, `--api-key-file PATH` writes the key there (0600, removed on
+exit). `--no-api-key` serves without a key, for a trusted machine or network.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+from ..errors import LauncherError
+from ..server.local_config import load_local_config
+from ..server.supervisor import Status, Supervisor
+from .launch_options import add_launch_options, spec_from_args
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_launch_options(parser)
+    parser.add_argument("--keep-alive-minutes", type=float, default=None,
+                        help="stop the server after N minutes without jobs (0 = never; default: local config)")
+    keys = parser.add_mutually_exclusive_group()
+    keys.add_argument("--api-key-file", default=None, metavar="PATH",
+                      help="write the server's API key to PATH (mode 0600, deleted on exit) for clients")
+    keys.add_argument("--no-api-key", action="store_true",
+                      help="serve without an API key (only on a trusted machine or network)")
+    parser.add_argument("--startup-timeout", type=float, default=None, metavar="SECONDS",
+                        help="give up if not ready after this long (default: scaled by model size)")
+
+
+def _write_key(path: Path, key: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(key + "\n")
+    os.replace(tmp, path)
+
+
+def _printer() -> "callable":
+    last: list[Optional[str]] = [None]
+
+    def show(status: Status) -> None:
+        line = f"[{time.strftime('%H:%M:%S')}] {status.phase}: {status.text}"
+        if line != last[0]:
+            last[0] = line
+            print(line, flush=True)
+    return show
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_local_config()
+    spec = spec_from_args(args, default_host=config.host)
+    for warning in spec.validate():
+        print(f"warning: {warning}", file=sys.stderr)
+    if args.no_api_key and spec.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"warning: serving on {spec.host} without an API key: anyone who can reach it can use the GPUs",
+              file=sys.stderr)
+    sup = Supervisor(spec, config, keep_alive_minutes=args.keep_alive_minutes, api_key=not args.no_api_key)
+
+    stop_requested = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop_requested.set()
+        sup.request_stop()      # unblocks a start in progress; the main thread stops cleanly below
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    key_path = Path(args.api_key_file).expanduser() if args.api_key_file else None
+    code = 0
+    try:
+        try:
+            sup.start(on_status=_printer(), timeout=args.startup_timeout)
+        except LauncherError as exc:
+            if stop_requested.is_set():
+                print("Stopped before the server was ready.", flush=True)
+                return 130
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            return 1
+        print(f"Serving {spec.served_name} at {sup.url}  (OpenAI-style API under {sup.url}/v1)", flush=True)
+        if args.no_api_key:
+            print("No API key: requests need no Authorization header.", flush=True)
+        elif key_path is not None:
+            _write_key(key_path, sup.api_key or "")
+            print(f"API key written to {key_path} (mode 0600; send it as 'Authorization: Bearer <key>').",
+                  flush=True)
+        else:
+            print("The API key exists only in the server's environment; use --api-key-file PATH to hand it to "
+                  "clients, or --no-api-key on a trusted machine.", flush=True)
+        print("Press Ctrl-C to stop.", flush=True)
+        written_key = sup.api_key
+        while not stop_requested.wait(0.5):
+            status = sup.status()
+            if key_path is not None and sup.api_key and sup.api_key != written_key:
+                _write_key(key_path, sup.api_key)      # a restart made a new key
+                written_key = sup.api_key
+            if status.phase == "failed":
+                print(f"error: {sup.last_error or status.text}", file=sys.stderr, flush=True)
+                code = 1
+                break
+            if status.phase == "stopped" and not sup.alive():
+                print("The server stopped (keep-alive expired).", flush=True)
+                break
+    finally:
+        print("Stopping the server…", flush=True)
+        pgid = sup.pgid
+        sup.stop(timeout=30)
+        if key_path is not None:
+            key_path.unlink(missing_ok=True)
+        left = _leftovers(pgid)
+        if left:
+            print(f"warning: processes {left} of the server did not exit", file=sys.stderr, flush=True)
+            code = code or 1
+        else:
+            print("Stopped; no server process is left.", flush=True)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if stop_requested.is_set() and code == 0:
+        return 0
+    return code
+
+
+def _leftovers(pgid: Optional[int]) -> list[int]:
+    if pgid is None:
+        return []
+    from ..server.process_group import group_members
+
+    return [p.pid for p in group_members(pgid)]

@@ -1,0 +1,212 @@
+"""MP4 bytes to a ComfyUI-shaped IMAGE array, and IMAGE to PNG bytes for I2V uploads.
+
+A Wan2.2 clip is large once it is float32: 121 frames at 1280x704 are 1.3 GB. So decoding
+writes each frame straight into one preallocated [F, H, W, 3] float32 array with a single
+fused multiply (uint8 RGB * 1/255 -> float32), never a list of frames and never a
+`np.stack` of the whole clip. The frame count comes from the stream header; when a
+container does not carry it, we estimate it from duration x rate and grow the array in
+place in large steps (`ndarray.resize`, which reallocates without holding two copies when
+the allocator can extend the block).
+
+Plain Python + numpy + PyAV + Pillow: no ComfyUI and no torch here. The node layer turns
+the array into a tensor with `torch.from_numpy` (no copy).
+"""
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import LauncherError
+
+_SCALE = np.float32(1.0 / 255.0)
+_MIN_GROW = 32           # frames added at least when the estimate was short
+_GROW_FACTOR = 0.5       # ...or half the current capacity, whichever is larger
+
+
+@dataclass
+class DecodedVideo:
+    """Decoded frames [F, H, W, 3] float32 in 0..1 (C-contiguous) and the clip's frame rate."""
+
+    frames: np.ndarray
+    fps: float
+
+    @property
+    def num_frames(self) -> int:
+        return int(self.frames.shape[0])
+
+    @property
+    def width(self) -> int:
+        return int(self.frames.shape[2])
+
+    @property
+    def height(self) -> int:
+        return int(self.frames.shape[1])
+
+    def __repr__(self) -> str:  # never print 1 GB of floats
+        return (f"DecodedVideo(frames={self.num_frames}x{self.height}x{self.width}x3 "
+                f"{self.frames.dtype}, fps={self.fps:g})")
+
+
+def _import_av() -> Any:
+    try:
+        import av  # noqa: PLC0415 (lazy: importing PyAV costs ~100 ms and the CLI may not need it)
+    except ImportError as exc:  # pragma: no cover - av is a hard requirement
+        raise LauncherError(
+            "Cannot decode the video: PyAV is not installed",
+            "the launcher reads the server's MP4 with PyAV (the 'av' package)",
+            "install it into ComfyUI's Python: pip install av",
+            raw=str(exc),
+        ) from exc
+    return av
+
+
+def _ffmpeg_error(av: Any) -> type:
+    """PyAV's error base class (av.FFmpegError since 13, av.error.FFmpegError before)."""
+    return getattr(av, "FFmpegError", None) or av.error.FFmpegError
+
+
+def _stream_fps(stream: Any) -> float:
+    for rate in (stream.average_rate, getattr(stream, "guessed_rate", None), stream.base_rate):
+        if rate:
+            value = float(rate)
+            if value > 0 and math.isfinite(value):
+                return value
+    return 0.0
+
+
+def _expected_frames(container: Any, stream: Any, fps: float) -> int:
+    """Frame count from the header, else estimated from duration x rate (+ margin), else 0."""
+    if stream.frames and stream.frames > 0:
+        return int(stream.frames)
+    seconds = 0.0
+    if stream.duration and stream.time_base:
+        seconds = float(stream.duration * stream.time_base)
+    elif container.duration:
+        seconds = container.duration / 1_000_000  # av.time_base is microseconds
+    if seconds > 0 and fps > 0:
+        return int(math.ceil(seconds * fps)) + 2
+    return 0
+
+
+def decode_mp4(data: bytes, *, threads: int = 0) -> DecodedVideo:
+    """Decode an MP4 (H.264 yuv420p from vLLM-Omni) into float32 [F, H, W, 3] in 0..1.
+
+    `threads`: decoder threads, 0 = FFmpeg's choice (one per core). Frame and slice
+    threading are both on. Raises LauncherError when the bytes are not a decodable video.
+    """
+    av = _import_av()
+    if not data:
+        raise LauncherError(
+            "The server returned an empty video file",
+            "the /content download had no bytes; the job's MP4 was missing or cut off",
+            "run the prompt again; if it repeats, check the server log",
+        )
+    try:
+        container = av.open(io.BytesIO(data), mode="r")
+    except _ffmpeg_error(av) as exc:
+        raise _bad_video(len(data), exc) from exc
+    with container:
+        if not container.streams.video:
+            raise LauncherError(
+                "The server's file has no video stream",
+                f"{len(data)} bytes were downloaded but FFmpeg found no video track in them",
+                "check the server log for an encoder error; try the job again",
+            )
+        stream = container.streams.video[0]
+        stream.thread_type = "AUTO"          # frame + slice threading
+        stream.codec_context.thread_count = threads
+        width, height = stream.codec_context.width, stream.codec_context.height
+        fps = _stream_fps(stream)
+        capacity = _expected_frames(container, stream, fps) or _MIN_GROW
+        out = np.empty((capacity, height, width, 3), dtype=np.float32)
+        count = 0
+        try:
+            for frame in container.decode(stream):
+                if count == capacity:
+                    capacity += max(_MIN_GROW, int(capacity * _GROW_FACTOR))
+                    out.resize((capacity, height, width, 3), refcheck=False)
+                if frame.width != width or frame.height != height:
+                    rgb = frame.to_ndarray(format="rgb24", width=width, height=height)
+                else:
+                    rgb = frame.to_ndarray(format="rgb24")
+                np.multiply(rgb, _SCALE, out=out[count])
+                count += 1
+        except _ffmpeg_error(av) as exc:
+            if count == 0:
+                raise _bad_video(len(data), exc) from exc
+            raise LauncherError(
+                f"The video is damaged after frame {count}",
+                "FFmpeg could not decode the rest of the downloaded MP4 (cut-off download or encoder fault)",
+                "run the prompt again; if it repeats, check the server log",
+                raw=str(exc),
+            ) from exc
+    if count == 0:
+        raise LauncherError(
+            "The server's video has no frames",
+            "the MP4 decoded to zero frames",
+            "check that frames is at least 1 and look at the server log",
+            setting="frames",
+        )
+    if count != capacity:
+        out.resize((count, height, width, 3), refcheck=False)  # shrink in place, no copy
+    return DecodedVideo(out, fps)
+
+
+def _bad_video(size: int, exc: BaseException) -> LauncherError:
+    return LauncherError(
+        "The server's file is not a readable video",
+        f"FFmpeg could not open the {size} downloaded bytes as MP4",
+        "run the prompt again; if it repeats, check the server log",
+        raw=str(exc),
+    )
+
+
+def image_to_png(image: Any, *, compress_level: int = 1) -> bytes:
+    """One image as PNG bytes for the `input_reference` upload.
+
+    Accepts [H, W, 3] (or [H, W, 4], alpha dropped; or [H, W] / [H, W, 1], grey) as
+    float 0..1 or uint8, and ComfyUI's IMAGE batch shape [1, H, W, C]. A torch CPU
+    tensor works too (anything `np.asarray` takes). Float values are clipped to 0..1.
+    """
+    from PIL import Image  # noqa: PLC0415
+
+    arr = np.asarray(image)
+    if arr.ndim == 4:
+        if arr.shape[0] != 1:
+            raise LauncherError(
+                f"The start image is a batch of {arr.shape[0]} images",
+                "image-to-video takes one start image",
+                "pass a single image (e.g. with an 'Image From Batch' node)",
+                setting="image",
+            )
+        arr = arr[0]
+    if arr.ndim == 3 and arr.shape[2] == 1:
+        arr = arr[:, :, 0]
+    if arr.ndim == 3 and arr.shape[2] == 4:
+        arr = arr[:, :, :3]
+    if not (arr.ndim == 2 or (arr.ndim == 3 and arr.shape[2] == 3)) or arr.shape[0] < 1 or arr.shape[1] < 1:
+        raise LauncherError(
+            f"The start image has shape {tuple(np.asarray(image).shape)}",
+            "it must be one RGB image [H, W, 3] (ComfyUI IMAGE [1, H, W, 3])",
+            "connect an IMAGE output (e.g. Load Image) to the 'image' input",
+            setting="image",
+        )
+    if arr.dtype != np.uint8:
+        if arr.dtype.kind not in "fiub":
+            raise LauncherError(f"The start image has unsupported type {arr.dtype}",
+                                "it must hold numbers (float 0..1 or uint8)",
+                                "connect an IMAGE output to the 'image' input", setting="image")
+        if arr.dtype.kind == "f":
+            arr = np.clip(np.nan_to_num(arr.astype(np.float32, copy=False)) * 255.0 + 0.5, 0, 255).astype(np.uint8)
+        else:
+            arr = np.clip(arr, 0, 255).astype(np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(arr)).save(buf, format="PNG", compress_level=compress_level)
+    return buf.getvalue()
+
+
+__all__ = ["DecodedVideo", "decode_mp4", "image_to_png"]

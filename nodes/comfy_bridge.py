@@ -1,0 +1,133 @@
+"""The only place that touches ComfyUI: progress, interrupt, status text, VIDEO, folders.
+
+Everything is imported lazily at execution time, with a fallback when ComfyUI is absent
+(CI, the CLI, tests). Tests install a small stand-in for these modules in sys.modules.
+"""
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+
+class _NoProgress:
+    def update_absolute(self, value: float, total: Optional[float] = None, preview: Any = None) -> None:
+        return None
+
+
+def progress_bar(total: int, node_id: Optional[str]) -> Any:
+    """ComfyUI's ProgressBar (its updates also deliver Cancel to us), or a no-op."""
+    try:
+        from comfy.utils import ProgressBar  # type: ignore[import-not-found]
+    except ImportError:
+        return _NoProgress()
+    return ProgressBar(max(1, total), node_id=node_id)
+
+
+def interrupted() -> bool:
+    """Has the user pressed Cancel? Reads the flag without clearing it."""
+    try:
+        import comfy.model_management as mm  # type: ignore[import-not-found]
+    except ImportError:
+        return False
+    return bool(mm.processing_interrupted())
+
+
+def raise_interrupted() -> None:
+    """End the node as 'interrupted' (not as an error), the way ComfyUI's own nodes do."""
+    try:
+        import comfy.model_management as mm  # type: ignore[import-not-found]
+    except ImportError:
+        raise KeyboardInterrupt("cancelled") from None
+    mm.throw_exception_if_processing_interrupted()
+    raise mm.InterruptProcessingException()
+
+
+def is_interrupt_exception(exc: BaseException) -> bool:
+    try:
+        import comfy.model_management as mm  # type: ignore[import-not-found]
+    except ImportError:
+        return isinstance(exc, KeyboardInterrupt)
+    return isinstance(exc, mm.InterruptProcessingException)
+
+
+def send_status(text: str, node_id: Optional[str]) -> None:
+    """Status text under the node (binary TEXT event); silently nothing outside ComfyUI."""
+    if not node_id:
+        return
+    try:
+        from server import PromptServer  # type: ignore[import-not-found]  # ComfyUI's, not ours
+    except ImportError:
+        return
+    instance = getattr(PromptServer, "instance", None)
+    if instance is not None and hasattr(instance, "send_progress_text"):
+        instance.send_progress_text(text, node_id)
+
+
+def to_image(frames: np.ndarray) -> Any:
+    """[F,H,W,3] float32 0..1 numpy -> ComfyUI IMAGE (torch, zero-copy)."""
+    import torch
+
+    return torch.from_numpy(frames)
+
+
+def image_to_uint8(image: Any) -> np.ndarray:
+    """First frame of a ComfyUI IMAGE [B,H,W,C] as uint8 RGB [H,W,3] for upload."""
+    array = image.detach().cpu().numpy() if hasattr(image, "detach") else np.asarray(image)
+    if array.ndim == 4:
+        array = array[0]
+    array = array[..., :3]
+    return (np.clip(array, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
+
+
+@dataclass
+class Mp4Video:
+    """VIDEO stand-in outside ComfyUI: the server's MP4 bytes, untouched (lossless)."""
+
+    data: bytes
+    fps: float
+
+    def save_to(self, path: Any, **_: Any) -> None:
+        if isinstance(path, (str, Path)):
+            Path(path).write_bytes(self.data)
+        else:
+            path.write(self.data)
+
+    def get_frame_rate(self) -> Fraction:
+        return Fraction(self.fps).limit_denominator(1000)
+
+    def __repr__(self) -> str:
+        return f"Mp4Video({len(self.data)} bytes, {self.fps:g} fps)"
+
+
+def make_video(mp4: bytes, fps: float) -> Any:
+    """ComfyUI VIDEO over the MP4 bytes (no re-encode), else our stand-in."""
+    for module, attr in (("comfy_api.latest", "InputImpl"), ("comfy_api.input_impl", None)):
+        try:
+            mod = __import__(module, fromlist=["x"])
+        except ImportError:
+            continue
+        impl = getattr(mod, attr) if attr else mod
+        video_cls = getattr(impl, "VideoFromFile", None)
+        if video_cls is not None:
+            return video_cls(io.BytesIO(mp4))
+    return Mp4Video(mp4, fps)
+
+
+def diffusers_folders() -> list[Path]:
+    """ComfyUI's model folders that may hold Diffusers-format Wan2.2 repos."""
+    try:
+        import folder_paths  # type: ignore[import-not-found]
+    except ImportError:
+        return []
+    roots: list[Path] = []
+    for key in ("diffusers", "diffusion_models"):
+        try:
+            roots += [Path(p) for p in folder_paths.get_folder_paths(key)]
+        except (KeyError, AttributeError):
+            continue
+    return [r for r in roots if r.is_dir()]

@@ -1,0 +1,439 @@
+"""`doctor`: check the machine before a launch, and say how to fix each problem.
+
+Checks: the GPUs (NVML: name, memory, driver, compute capability), peer-to-peer access and
+topology between each pair, GPU memory this process (ComfyUI) holds itself, the server
+environment (its python runs a short script: python, vllm, vllm-omni, torch, CUDA, diffusers),
+host RAM, disk space for the model download, the model folder, and the port. Every check
+that could not run says why ("unchecked"), so the report is useful on a machine with no GPU.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from ..errors import LauncherError
+from ..models import FAMILIES, family_for
+from ..server.local_config import LocalConfig, load_local_config
+from .gpus import GIB, GpuInfo, load_nvml, peer_status, processes_on_gpus, query_gpus
+from .model_sizes import model_sizes
+
+OK, WARNING, PROBLEM, UNCHECKED = "ok", "warning", "problem", "unchecked"
+
+# vllm major.minor -> the torch and diffusers it pins (vllm-omni-serving.md section 1).
+PINS = {(0, 30): {"torch": "2.13", "diffusers": "0.40"}, (0, 26): {"torch": "2.11", "diffusers": "0.38"}}
+SUPPORTED = ((0, 30), (0, 26))
+
+_ENV_SCRIPT = r"""
+import json, sys, platform
+out = {"python": platform.python_version(), "executable": sys.executable}
+try:
+    from importlib import metadata
+except ImportError:
+    metadata = None
+for dist in ("vllm", "vllm-omni", "torch", "diffusers", "transformers"):
+    try:
+        out[dist] = metadata.version(dist)
+    except Exception:
+        out[dist] = None
+try:
+    import torch
+    out["torch_cuda"] = torch.version.cuda
+    out["cuda_available"] = bool(torch.cuda.is_available())
+    out["cuda_devices"] = torch.cuda.device_count() if out["cuda_available"] else 0
+except Exception as exc:
+    out["torch_error"] = repr(exc)[:300]
+print("DOCTOR_JSON " + json.dumps(out))
+"""
+
+
+@dataclass
+class Check:
+    """One finding: status ok / warning / problem / unchecked, and the fix when not ok."""
+
+    name: str
+    status: str
+    summary: str
+    fix: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class DoctorReport:
+    checks: list[Check]
+    gpus: list[GpuInfo] = field(default_factory=list)
+    peers: list[dict[str, Any]] = field(default_factory=list)
+    server_env: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def problems(self) -> list[Check]:
+        return [c for c in self.checks if c.status == PROBLEM]
+
+    @property
+    def unchecked(self) -> list[Check]:
+        return [c for c in self.checks if c.status == UNCHECKED]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def check(self, name: str) -> Check:
+        return next(c for c in self.checks if c.name == name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "checks": [c.to_dict() for c in self.checks],
+                "gpus": [g.to_dict() for g in self.gpus], "peers": self.peers, "server_env": self.server_env,
+                "problems": len(self.problems), "unchecked": [c.name for c in self.unchecked]}
+
+    def text(self) -> str:
+        mark = {OK: "ok  ", WARNING: "WARN", PROBLEM: "FAIL", UNCHECKED: "--  "}
+        lines = []
+        for c in self.checks:
+            lines.append(f"[{mark.get(c.status, c.status)}] {c.name}: {c.summary}")
+            if c.fix:
+                lines.append(f"       fix: {c.fix}")
+        n_prob, n_un = len(self.problems), len(self.unchecked)
+        lines.append(f"{n_prob} problem(s), {n_un} check(s) could not run" +
+                     (f" ({', '.join(c.name for c in self.unchecked)})" if n_un else ""))
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------
+def _check_gpus(nvml: Any) -> tuple[list[Check], list[GpuInfo], list[dict[str, Any]]]:
+    gpus, reason = query_gpus(nvml, shutdown=False)
+    if not gpus:
+        return [Check("gpus", UNCHECKED, f"could not list GPUs: {reason}",
+                      "run the doctor on the machine with the NVIDIA GPUs (with nvidia-ml-py installed); "
+                      "planning still works with --gpu-memory"),
+                Check("peer_to_peer", UNCHECKED, "no GPU information, so peer-to-peer access was not checked"),
+                Check("own_gpu_memory", UNCHECKED, "no GPU information, so this process's GPU memory was not checked")
+                ], [], []
+    checks: list[Check] = []
+    desc = "; ".join(f"GPU {g.index} {g.name}, {g.total_gib:.1f} GiB total, {g.free_gib:.1f} free, "
+                     f"CC {g.compute_capability[0]}.{g.compute_capability[1]}" if g.compute_capability else
+                     f"GPU {g.index} {g.name}, {g.total_gib:.1f} GiB total, {g.free_gib:.1f} free" for g in gpus)
+    status, fix = OK, ""
+    busy = [g for g in gpus if g.free_gib is not None and g.free_gib < 0.9 * g.total_gib - 1.0]
+    if busy:
+        status = WARNING
+        fix = ("other processes hold memory on " + ", ".join(f"GPU {g.index} ({g.total_gib - g.free_gib:.1f} GiB)"
+                                                             for g in busy) +
+               ": stop them, or plan with the free memory (the planner uses it)")
+    old = [g for g in gpus if g.compute_capability and g.compute_capability < (8, 0)]
+    if old:
+        status = PROBLEM
+        fix = (fix + "; " if fix else "") + ("GPUs below compute capability 8.0 (" +
+                                             ", ".join(f"GPU {g.index}" for g in old) +
+                                             ") have no bf16/FlashAttention: use Ampere or newer")
+    driver = gpus[0].driver or "unknown"
+    checks.append(Check("gpus", status, f"{len(gpus)} GPU(s), driver {driver}: {desc}", fix,
+                        {"count": len(gpus)}))
+    peers: list[dict[str, Any]] = []
+    if len(gpus) < 2:
+        checks.append(Check("peer_to_peer", OK, "one GPU: no peer-to-peer traffic needed"))
+    else:
+        try:
+            peers = peer_status(nvml, gpus)
+            bad = [p for p in peers if p["p2p_read"] != "ok"]
+            text = "; ".join(f"GPU {p['pair'][0]}<->{p['pair'][1]}: P2P {p['p2p_read']}, {p['topology']}" for p in peers)
+            if bad:
+                geforce = all(g.is_geforce for g in gpus)
+                checks.append(Check(
+                    "peer_to_peer", WARNING, text,
+                    "without peer-to-peer, NCCL copies through host memory: prefer CFG parallel "
+                    "(--cfg-parallel-size 2, one exchange per step) over Ulysses/tensor parallel (exchanges in "
+                    "every layer)" + ("; GeForce cards do not support GPUDirect P2P (NVIDIA/nccl #1309)"
+                                      if geforce else "; check the BIOS (ACS/IOMMU) and `nvidia-smi topo -m`")
+                    + "; if NCCL hangs, set NCCL_P2P_DISABLE=1", {"pairs": peers}))
+            else:
+                checks.append(Check("peer_to_peer", OK, text, details={"pairs": peers}))
+        except Exception as exc:
+            checks.append(Check("peer_to_peer", UNCHECKED, f"NVML could not report peer access ({exc})"))
+    try:
+        procs = processes_on_gpus(nvml, gpus)
+        me = os.getpid()
+        mine = {i: p for i, ps in procs.items() for p in ps if p["pid"] == me}
+        if mine:
+            held = ", ".join(f"GPU {i}: {p['used_gib']:.1f} GiB" if p["used_gib"] is not None else f"GPU {i}"
+                             for i, p in mine.items())
+            checks.append(Check("own_gpu_memory", WARNING,
+                                f"this process (pid {me}, ComfyUI) holds GPU memory itself: {held}",
+                                "that memory is not available to the server: unload ComfyUI's models "
+                                "(Manager > Unload models, or start ComfyUI with --disable-smart-memory / "
+                                "--cpu for the graph), or give the server other GPUs", {"pid": me}))
+        else:
+            checks.append(Check("own_gpu_memory", OK, f"this process (pid {me}) holds no GPU memory",
+                                details={"pid": me}))
+    except Exception as exc:
+        checks.append(Check("own_gpu_memory", UNCHECKED, f"NVML could not list GPU processes ({exc})"))
+    return checks, gpus, peers
+
+
+def _server_python(config: LocalConfig) -> tuple[Optional[str], str]:
+    """The server environment's python, and where it came from (or None and why)."""
+    if config.server_env:
+        env = Path(config.server_env).expanduser()
+        for name in ("python", "python3"):
+            cand = env / "bin" / name
+            if cand.exists():
+                return str(cand), f"server_env {env}"
+        return None, f"server_env {env} has no bin/python"
+    if config.server_command:
+        exe = Path(config.server_command[0]).expanduser()
+        if exe.name.startswith("python"):
+            return str(exe), "server_command"
+        for name in ("python", "python3"):
+            cand = exe.parent / name
+            if cand.exists():
+                return str(cand), f"next to {exe}"
+        return None, f"cannot find a python next to server_command {exe}"
+    found = shutil.which("vllm")
+    if found:
+        for name in ("python", "python3"):
+            cand = Path(found).parent / name
+            if cand.exists():
+                return str(cand), f"next to {found} on PATH"
+        return None, f"`vllm` on PATH ({found}) has no python beside it"
+    return None, "no server environment is configured and `vllm` is not on PATH"
+
+
+def _parse_mm(version: Optional[str]) -> Optional[tuple[int, int]]:
+    if not version:
+        return None
+    parts = version.split("+")[0].split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def _check_server_env(config: LocalConfig, runner: Callable[..., Any], timeout_s: float,
+                      machine_has_gpus: Optional[bool] = None) -> tuple[list[Check], dict[str, Any]]:
+    python, where = _server_python(config)
+    if python is None:
+        return [Check("server_env", UNCHECKED if "not on PATH" in where else PROBLEM,
+                      f"server environment not checked: {where}",
+                      "create it with server/create_server_env.sh on the GPU machine, then set "
+                      "VLLM_OMNI_LAUNCHER_SERVER_ENV to its path")], {}
+    try:
+        proc = runner([python, "-c", _ENV_SCRIPT], capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return [Check("server_env", PROBLEM, f"{python} did not answer within {timeout_s:.0f} s",
+                      "check that the environment is not on a stalled network disk")], {}
+    except OSError as exc:
+        return [Check("server_env", PROBLEM, f"cannot run {python}: {exc}", "recreate the server environment")], {}
+    line = next((ln for ln in (proc.stdout or "").splitlines() if ln.startswith("DOCTOR_JSON ")), None)
+    if proc.returncode != 0 or line is None:
+        tail = ((proc.stderr or "") + (proc.stdout or "")).strip()[-400:]
+        return [Check("server_env", PROBLEM, f"{python} failed the version script", "recreate the server environment",
+                      {"output": tail})], {}
+    env = json.loads(line[len("DOCTOR_JSON "):])
+    env["source"] = where
+    checks: list[Check] = []
+    vllm, omni = env.get("vllm"), env.get("vllm-omni")
+    base = f"python {env.get('python')} ({where}); vllm {vllm}, vllm-omni {omni}, torch {env.get('torch')}"
+    if not vllm or not omni:
+        missing = " and ".join(n for n, v in (("vllm", vllm), ("vllm-omni", omni)) if not v)
+        checks.append(Check("server_env", PROBLEM, f"{base}: {missing} not installed",
+                            "install the pinned pair: pip install vllm==0.30.0 vllm-omni==0.30.0 "
+                            "(vllm-omni declares no vllm dependency)", env))
+    else:
+        vm, om = _parse_mm(vllm), _parse_mm(omni)
+        if vm != om:
+            checks.append(Check("server_env", PROBLEM, f"{base}: major.minor differ",
+                                f"install the matching pair, e.g. pip install vllm=={omni} (upstream only warns "
+                                "'mismatched major/minor versions' and then misbehaves)", env))
+        elif om not in SUPPORTED:
+            checks.append(Check("server_env", WARNING, f"{base}: {om[0]}.{om[1]} is not a version this launcher "
+                                "was checked against (0.30, 0.26)",
+                                "use vllm-omni 0.30.0 with vllm 0.30.0", env))
+        else:
+            pins = PINS[om]
+            issues = []
+            tmm = _parse_mm(env.get("torch"))
+            if tmm and f"{tmm[0]}.{tmm[1]}" != pins["torch"]:
+                issues.append(f"torch {env.get('torch')} but vllm {vllm} pins torch {pins['torch']}")
+            dmm = _parse_mm(env.get("diffusers"))
+            if dmm and f"{dmm[0]}.{dmm[1]}" != pins["diffusers"]:
+                issues.append(f"diffusers {env.get('diffusers')} but vllm-omni {omni} pins {pins['diffusers']}")
+            if issues:
+                checks.append(Check("server_env", WARNING, base + ": " + "; ".join(issues),
+                                    "reinstall with the pins: pip install vllm==%s vllm-omni==%s" % (vllm, omni), env))
+            else:
+                checks.append(Check("server_env", OK, base + ", versions match", details=env))
+    if "torch_error" in env:
+        checks.append(Check("server_cuda", PROBLEM, f"torch does not import in the server environment: "
+                            f"{env['torch_error']}", "reinstall torch in the server environment", env))
+    elif env.get("torch"):
+        if env.get("cuda_available"):
+            checks.append(Check("server_cuda", OK, f"torch sees CUDA {env.get('torch_cuda')} and "
+                                f"{env.get('cuda_devices')} GPU(s)", details=env))
+        elif not env.get("torch_cuda"):
+            checks.append(Check("server_cuda", PROBLEM, f"torch {env.get('torch')} in the server environment is a "
+                                "CPU-only build", "install the CUDA build of torch that vllm pins", env))
+        elif machine_has_gpus is False:
+            checks.append(Check("server_cuda", UNCHECKED, f"torch (CUDA {env.get('torch_cuda')}) sees no GPU, "
+                                "and NVML found none (or could not run): CUDA could not be checked", details=env))
+        else:
+            checks.append(Check("server_cuda", PROBLEM,
+                                f"torch (CUDA build {env.get('torch_cuda')}) sees no GPU from the server environment",
+                                "a driver older than the CUDA build, or CUDA_VISIBLE_DEVICES hiding the GPUs: "
+                                "update the driver or install the torch build for it", env))
+    return checks, env
+
+
+def hf_cache_dir(config: Optional[LocalConfig] = None) -> Path:
+    """Where `vllm serve` downloads HF repos (HF_HUB_CACHE, HF_HOME/hub, ~/.cache/huggingface/hub)."""
+    env = dict(os.environ)
+    if config is not None:
+        env.update(config.extra_env)
+    if env.get("HF_HUB_CACHE"):
+        return Path(env["HF_HUB_CACHE"]).expanduser()
+    if env.get("HF_HOME"):
+        return Path(env["HF_HOME"]).expanduser() / "hub"
+    return Path("~/.cache/huggingface/hub").expanduser()
+
+
+def _check_model(model: Optional[str], config: LocalConfig) -> list[Check]:
+    if not model:
+        return [Check("model", UNCHECKED, "no model given (use --model to check a folder or the download space)")]
+    path = Path(model).expanduser()
+    checks: list[Check] = []
+    try:
+        family = family_for(model)
+    except LauncherError as exc:
+        return [Check("model", PROBLEM, exc.what, exc.fix)]
+    if path.is_dir():
+        parts = ["transformer", "text_encoder", "tokenizer", "vae", "scheduler"]
+        if family.experts == 2:
+            parts.insert(1, "transformer_2")
+        missing = [p for p in parts if not (path / p).is_dir()]
+        empty = [p for p in parts if (path / p).is_dir() and p not in ("tokenizer", "scheduler")
+                 and not any((path / p).glob("*.safetensors")) and not any((path / p).glob("*.bin"))]
+        partial = [str(f.relative_to(path)) for f in path.rglob("*.incomplete")][:5]
+        index = json.loads((path / "model_index.json").read_text())
+        cls = index.get("_class_name")
+        if missing or empty or partial:
+            what = "; ".join(x for x in (f"missing {', '.join(missing)}" if missing else "",
+                                          f"no weights in {', '.join(empty)}" if empty else "",
+                                          f"unfinished downloads {partial}" if partial else "") if x)
+            checks.append(Check("model", PROBLEM, f"{path}: {family.label} ({cls}) folder is incomplete: {what}",
+                                f"re-download {family.hf_id} into it (huggingface-cli download {family.hf_id} "
+                                f"--local-dir {path})"))
+        else:
+            sizes = model_sizes(model)
+            checks.append(Check("model", OK, f"{path}: {family.label} ({cls}), weights {sizes.to_dict()['dit_gib']} "
+                                f"GiB DiT, {sizes.text_encoder_gib:.1f} GiB text encoder"))
+        return checks
+    cache = hf_cache_dir(config)
+    repo_dir = cache / ("models--" + family.hf_id.replace("/", "--"))
+    snapshots = list((repo_dir / "snapshots").glob("*")) if repo_dir.is_dir() else []
+    sizes = model_sizes(model)
+    need_gb = (sum(sizes.dit_params) + sizes.text_encoder_params) * 2 / 1e9 + sizes.vae_params * 4 / 1e9
+    if snapshots:
+        checks.append(Check("model", OK, f"{family.hf_id} is in the HF cache ({repo_dir})"))
+    else:
+        checks.append(Check("model", OK, f"{family.hf_id} is not downloaded yet: the first launch downloads "
+                            f"at least {need_gb:.0f} GB into {cache}"))
+    probe = cache
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        free_gb = shutil.disk_usage(probe).free / 1e9
+    except OSError as exc:
+        checks.append(Check("disk", UNCHECKED, f"cannot read free space of {probe}: {exc}"))
+        return checks
+    if snapshots:
+        checks.append(Check("disk", OK, f"{free_gb:.0f} GB free at {probe}; the model is already downloaded"))
+    elif free_gb < need_gb * 1.1:
+        checks.append(Check("disk", PROBLEM, f"{free_gb:.0f} GB free at {probe}, the download needs at least "
+                            f"{need_gb:.0f} GB", "free disk space, or point HF_HOME / HF_HUB_CACHE (local config "
+                            "extra_env) at a bigger disk, or download to a folder and use it as the model"))
+    else:
+        checks.append(Check("disk", OK, f"{free_gb:.0f} GB free at {probe} (download needs at least {need_gb:.0f} GB)"))
+    return checks
+
+
+def _check_port(host: str, port: Optional[int]) -> Check:
+    if port is None:
+        try:
+            with socket.socket() as s:
+                s.bind((host, 0))
+                got = s.getsockname()[1]
+            return Check("port", OK, f"no fixed port: a free one is picked per launch on {host} (e.g. {got})")
+        except OSError as exc:
+            return Check("port", PROBLEM, f"cannot bind any port on {host}: {exc}",
+                         "set the host in the local config to an address of this machine (127.0.0.1)")
+    try:
+        with socket.socket() as s:
+            s.bind((host, port))
+        return Check("port", OK, f"{host}:{port} is free")
+    except OSError as exc:
+        return Check("port", PROBLEM, f"{host}:{port} is taken ({exc.strerror or exc})",
+                     "stop what listens there (a server from an earlier ComfyUI run?) or leave the port empty "
+                     "to pick a free one")
+
+
+def _check_host_ram() -> Check:
+    try:
+        import psutil
+    except ImportError:
+        return Check("host_ram", UNCHECKED, "psutil is not installed, so host RAM was not checked",
+                     "pip install psutil")
+    vm = psutil.virtual_memory()
+    total, avail = vm.total / GIB, vm.available / GIB
+    a14b = max(f.dit_params_b for f in FAMILIES.values()) * 2 * 2 * 1e9 / GIB + 10.6
+    status = OK if avail >= a14b + 4 else WARNING
+    fix = "" if status == OK else (f"CPU offload of an A14B model pins about {a14b:.0f} GiB of host RAM: "
+                                   "close other programs or use two GPUs without offload")
+    return Check("host_ram", status, f"{total:.1f} GiB total, {avail:.1f} GiB available", fix)
+
+
+def run_doctor(model: Optional[str] = None, *, config: Optional[LocalConfig] = None, host: Optional[str] = None,
+               port: Optional[int] = None, nvml: Any = None, runner: Callable[..., Any] = subprocess.run,
+               timeout_s: float = 90.0) -> DoctorReport:
+    """Run every check. `nvml` may be a stand-in module (tests); `runner` replaces subprocess.run."""
+    config = config or load_local_config()
+    checks: list[Check] = []
+    mod, reason = load_nvml(nvml)
+    if mod is None:
+        gpu_checks: list[Check] = [
+            Check("gpus", UNCHECKED, f"could not list GPUs: {reason}",
+                  "run the doctor on the machine with the NVIDIA GPUs (with nvidia-ml-py installed); "
+                  "planning still works with --gpu-memory"),
+            Check("peer_to_peer", UNCHECKED, "no GPU information, so peer-to-peer access was not checked"),
+            Check("own_gpu_memory", UNCHECKED, "no GPU information, so this process's GPU memory was not checked")]
+        gpus: list[GpuInfo] = []
+        peers: list[dict[str, Any]] = []
+    else:
+        try:
+            gpu_checks, gpus, peers = _check_gpus(mod)
+        finally:
+            try:
+                mod.nvmlShutdown()
+            except Exception:
+                pass
+    checks += gpu_checks
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        checks.append(Check("cuda_visible_devices", WARNING if visible.strip() == "" else OK,
+                            f"this process has CUDA_VISIBLE_DEVICES={visible!r}",
+                            "the launcher sets CUDA_VISIBLE_DEVICES for the server itself from the GPU setting"
+                            if visible.strip() == "" else ""))
+    env_checks, env = _check_server_env(config, runner, timeout_s, machine_has_gpus=bool(gpus))
+    checks += env_checks
+    checks.append(_check_host_ram())
+    checks += _check_model(model, config)
+    checks.append(_check_port(host or config.host, port if port is not None else config.port))
+    checks.append(Check("launcher", OK, f"python {platform.python_version()} at {sys.executable}"))
+    return DoctorReport(checks=checks, gpus=gpus, peers=peers, server_env=env)

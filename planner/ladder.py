@@ -1,0 +1,510 @@
+"""Pick the fastest configuration that fits, and step down after an out-of-memory failure.
+
+The ladder, fastest first (every rung is a LaunchSpec that passes `spec.validate()`):
+
+1. A 2-way parallel mode without offload, VAE patch parallel 2 (tiling comes with it):
+   with CFG on, CFG parallel (H200: 1.98x per step, shared/gpu-kit/README.md) before
+   Ulysses (1.91x); with CFG off, Ulysses (CFG parallel would leave a GPU idle). One GPU:
+   no offload.
+2. The same plus HSDP (DiT weights sharded over the two GPUs, gathered block by block),
+   then tensor parallel 2 (DiT split; text encoder replicated; HSDP and TP exclude each other).
+3. Module CPU offload (text encoder and DiT experts take turns on the GPU), with the
+   parallel modes above, then on one GPU.
+4. Layerwise offload (DiT blocks streamed from host RAM) on one GPU: single-card only upstream.
+5. FP8 only when asked (`allow_fp8=True`), then last, with a warning: vLLM-Omni's feature
+   table marks Wan2.2 quantization unsupported and its FP8 docs list no Wan model, so a
+   quality loss would be silent. Memory is better bought with offload, which is exact.
+6. Nothing fits: the largest frame count, then the largest frame size, that the leanest
+   rung fits.
+
+VAE tiling is tried at each rung (without, then with) instead of only at the end: it
+costs a little decode time, far less than any offload, so "fastest that fits" puts it first.
+
+Two GeForce cards without peer-to-peer access: CFG parallel exchanges one latent-sized
+prediction per step, while Ulysses and TP run all-to-all / all-reduce in every layer over
+PCIe through host memory (NVIDIA/nccl #1309, raylight #22, xDiT #526/#553), so every CFG
+rung comes before any Ulysses/TP rung, and the recommendation says so.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Optional, Sequence, Union
+
+from ..errors import LauncherError, SpecError
+from ..models import WanFamily, nearest_frames
+from ..server.spec import LaunchSpec, MemoryConfig, ParallelConfig
+from .gpus import GpuInfo, hypothetical_gpus, load_nvml, peer_status, query_gpus
+from .memory import MemoryPlan, RequestShape, plan
+from .model_sizes import ModelSizes, model_sizes
+
+FAILURE_KINDS = ("oom", "oom_load", "oom_denoise", "oom_decode", "oom_encode", "comm")
+
+
+@dataclass
+class Rung:
+    """One configuration on the ladder, with its estimate."""
+
+    spec: LaunchSpec
+    label: str
+    speed: str                  # a short, honest speed note
+    plan: Optional[MemoryPlan] = None
+    fits: Optional[bool] = None
+    why_not: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "speed": self.speed, "flags": self.spec.flags()[1:],
+                "gpus": list(self.spec.gpus) if self.spec.gpus is not None else None,
+                "fits": self.fits, "why_not": self.why_not,
+                "peak_gib": None if self.plan is None else round(self.plan.peak_gib, 2),
+                "per_gpu_peak_gib": None if self.plan is None else [round(g.peak_gib, 2) for g in self.plan.gpus],
+                "warnings": list(self.warnings)}
+
+
+@dataclass
+class Recommendation:
+    """The fastest fitting configuration (or None), and why each faster one does not fit."""
+
+    spec: Optional[LaunchSpec]
+    request: RequestShape                  # may be smaller than asked (see `reduced`)
+    asked: RequestShape
+    plan: Optional[MemoryPlan]
+    label: str
+    reason: str
+    rejected: list[Rung]                   # faster rungs that did not fit, in ladder order
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    max_frames: Optional[int] = None       # most frames the chosen spec fits at this size
+    gpus: list[GpuInfo] = field(default_factory=list)
+
+    @property
+    def reduced(self) -> bool:
+        return self.request != self.asked
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "spec": self.spec.to_dict() if self.spec else None,
+            "flags": self.spec.flags()[1:] if self.spec else None,
+            "label": self.label,
+            "request": self.request.to_dict(),
+            "asked": self.asked.to_dict(),
+            "reduced": self.reduced,
+            "reason": self.reason,
+            "max_frames": self.max_frames,
+            "plan": self.plan.to_dict() if self.plan else None,
+            "rejected": [r.to_dict() for r in self.rejected],
+            "notes": list(self.notes),
+            "warnings": list(self.warnings),
+            "gpus": [g.to_dict() for g in self.gpus],
+        }
+
+    def text(self) -> str:
+        lines = []
+        if self.spec is None:
+            lines.append(f"No configuration fits: {self.reason}")
+        else:
+            flags = " ".join(self.spec.flags()[1:]) or "(no extra flags)"
+            gpus = "" if self.spec.gpus is None else f"CUDA_VISIBLE_DEVICES={','.join(map(str, self.spec.gpus))} "
+            lines.append(f"Recommended: {self.label}")
+            lines.append(f"  {gpus}vllm serve {self.spec.model} {flags}")
+            lines.append(f"  why: {self.reason}")
+            if self.reduced:
+                lines.append(f"  request reduced: {self.asked.label()} -> {self.request.label()}")
+            if self.max_frames:
+                lines.append(f"  at {self.request.width}x{self.request.height} this configuration fits up to "
+                             f"{self.max_frames} frames")
+        for r in self.rejected:
+            lines.append(f"  not {r.label}: {r.why_not}")
+        for w in self.warnings:
+            lines.append(f"warning: {w}")
+        for n in self.notes:
+            lines.append(f"note: {n}")
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------
+GpuArg = Union[None, Sequence[GpuInfo], Sequence[float]]
+
+
+def _gpu_list(gpus: GpuArg, nvml: Any = None) -> tuple[list[GpuInfo], str, Optional[bool], list[str]]:
+    """(GPUs, source, all pairs have P2P (None unknown), notes)."""
+    notes: list[str] = []
+    if gpus is None:
+        found, reason = query_gpus(nvml)
+        if not found:
+            raise LauncherError("Cannot recommend a configuration without knowing the GPUs",
+                                reason or "NVML found no GPU",
+                                "give the GPU sizes, e.g. --gpu-memory 24,24 (CLI) or gpus=[24, 24] (API)",
+                                setting="gpu_memory")
+        p2p: Optional[bool] = None
+        if len(found) > 1:
+            mod, _ = load_nvml(nvml)
+            if mod is not None:
+                try:
+                    pairs = peer_status(mod, found)
+                    states = [pr["p2p_read"] for pr in pairs]
+                    p2p = all(s == "ok" for s in states) if all(s in ("ok", "not supported") for s in states) else None
+                except Exception:
+                    p2p = None
+                finally:
+                    try:
+                        mod.nvmlShutdown()
+                    except Exception:
+                        pass
+        return found, "NVML", p2p, notes
+    if gpus and isinstance(gpus[0], (int, float)):
+        return hypothetical_gpus([float(g) for g in gpus]), "given sizes", None, notes   # type: ignore[arg-type]
+    return list(gpus), "given GPUs", None, notes   # type: ignore[arg-type]
+
+
+def _with(base: LaunchSpec, gpus: Optional[tuple[int, ...]], parallel: ParallelConfig,
+          memory: MemoryConfig) -> LaunchSpec:
+    return replace(base, gpus=gpus, parallel=parallel, memory=memory)
+
+
+def build_ladder(base: LaunchSpec, gpus: Sequence[GpuInfo], request: RequestShape, *,
+                 p2p: Optional[bool] = None, allow_fp8: bool = False) -> tuple[list[Rung], list[str]]:
+    """Every rung for these GPUs, fastest first, and notes on the order chosen."""
+    family = base.family
+    notes: list[str] = []
+    n = len(gpus)
+    ids = tuple(g.index for g in gpus)
+    one = (ids[0],) if n > 1 else (base.gpus if base.gpus is not None and len(base.gpus) == 1 else None)
+    keep_mem = dict(vae_slicing=False)
+    geforce_no_p2p = n == 2 and all(g.is_geforce for g in gpus) and p2p is not True
+    rungs: list[Rung] = []
+
+    def add(spec: LaunchSpec, label: str, speed: str, tiling_variant: bool = True) -> None:
+        rungs.append(Rung(spec, label, speed))
+        if tiling_variant and not spec.memory.vae_tiling and spec.parallel.vae_patch <= 1:
+            tiled = replace(spec, memory=replace(spec.memory, vae_tiling=True))
+            rungs.append(Rung(tiled, label + " + VAE tiling", speed + "; tiled VAE decode (slightly slower decode)"))
+
+    multi: list[tuple[ParallelConfig, str, str]] = []
+    if n >= 2:
+        deg = n
+        uly_mode = "strict" if family.attention_heads % deg == 0 else "advanced_uaa"
+        vp = deg
+        uly = ParallelConfig("ulysses", deg, vp, ulysses_mode=uly_mode)
+        cfgp = ParallelConfig("cfg", 2, 2) if n == 2 else None
+        ring = None
+        tp = ParallelConfig("tensor", deg, vp)
+        cfg_first = request.cfg and cfgp is not None
+        fast: list[tuple[ParallelConfig, str, str]] = []
+        if cfg_first:
+            fast.append((cfgp, "CFG parallel 2 + VAE patch 2", "about 1.9-2x per step (one CFG branch per GPU)"))
+            fast.append((uly, f"Ulysses {deg} + VAE patch {vp}", "about 1.8-1.9x per step (all-to-all every layer)"))
+        else:
+            fast.append((uly, f"Ulysses {deg} + VAE patch {vp}", "about 1.8-1.9x per step (all-to-all every layer)"))
+        hsdp_variants = [(replace(pc, hsdp=True), lbl + " + HSDP", spd + "; weights gathered per block (slower)")
+                         for pc, lbl, spd in fast]
+        multi = fast + hsdp_variants + [(tp, f"tensor parallel {deg} + VAE patch {vp}",
+                                         "DiT split; an all-reduce per layer (speed unmeasured for Wan)")]
+        if geforce_no_p2p:
+            if request.cfg:
+                notes.append("two GeForce GPUs without peer-to-peer access: every CFG-parallel configuration "
+                             "(even with offload) is tried before Ulysses/tensor parallel, because CFG parallel "
+                             "exchanges one prediction per step while Ulysses/TP exchange activations in every "
+                             "layer over PCIe through host memory (often slower than one GPU)")
+            else:
+                notes.append("two GeForce GPUs without peer-to-peer access and CFG off: Ulysses/TP exchange "
+                             "activations in every layer over PCIe and may be slower than one GPU; "
+                             "CFG parallel needs CFG on (guidance > 1)")
+        elif n == 2 and p2p is None and any(g.is_geforce for g in gpus):
+            notes.append("peer-to-peer access between the GPUs is unknown; GeForce cards usually lack it, "
+                         "which makes Ulysses/TP slow: run `doctor` to check")
+        for pc, lbl, spd in multi:
+            add(_with(base, ids, pc, MemoryConfig(**keep_mem)), lbl, spd, tiling_variant=False)
+    # one GPU, no offload
+    add(_with(base, one, ParallelConfig(), MemoryConfig(**keep_mem)), "1 GPU, no offload",
+        "baseline speed" if n == 1 else "1 GPU (the other idle)")
+    # module offload: with each multi-GPU mode, then on one GPU
+    for pc, lbl, spd in multi:
+        if pc.hsdp:
+            continue
+        add(_with(base, ids, pc, MemoryConfig(offload="module", **keep_mem)), lbl + " + module offload",
+            spd + "; text encoder and experts swapped over PCIe", tiling_variant=False)
+    add(_with(base, one, ParallelConfig(), MemoryConfig(offload="module", **keep_mem)),
+        "1 GPU + module offload", "text encoder and experts swapped over PCIe (seconds per request)")
+    add(_with(base, one, ParallelConfig(), MemoryConfig(offload="layerwise", **keep_mem)),
+        "1 GPU + layerwise offload", "DiT blocks streamed from host RAM every step (slowest; single-card only)")
+    if geforce_no_p2p:
+        def order(r: Rung) -> int:
+            p, off = r.spec.parallel, r.spec.memory.offload
+            if p.mode == "cfg":
+                return 0
+            if p.world_size == 1 and off == "none":
+                return 1
+            if p.world_size > 1:
+                return 2
+            return 3
+        rungs.sort(key=order)   # stable: keeps the speed order inside each group
+    if allow_fp8:
+        for r in list(rungs):
+            if r.spec.memory.vae_tiling or r.spec.parallel.vae_patch > 1:
+                fp8 = replace(r.spec, memory=replace(r.spec.memory, quantization="fp8"))
+                rungs.append(Rung(fp8, r.label + " + FP8", r.speed + "; FP8 DiT weights (unvalidated for Wan2.2)",
+                                  warnings=["FP8 is not validated for Wan2.2 upstream: compare against bf16"]))
+        notes.append("FP8 rungs come last: vLLM-Omni marks Wan2.2 quantization unvalidated")
+    else:
+        notes.append("FP8 is skipped (upstream marks Wan2.2 quantization unvalidated); pass allow_fp8 / "
+                     "--allow-fp8 to add it as the last resort")
+    # drop invalid and duplicate rungs
+    out: list[Rung] = []
+    seen: set[str] = set()
+    for r in rungs:
+        key = r.spec.fingerprint()
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            r.warnings += r.spec.validate(visible_gpus=None if gpus and gpus[0].hypothetical else
+                                          max(g.index for g in gpus) + 1 if gpus else None)
+        except SpecError as exc:
+            r.fits, r.why_not = False, f"not a valid configuration: {exc.what}"
+            continue
+        out.append(r)
+    return out, notes
+
+
+def _why_not(p: MemoryPlan) -> str:
+    parts = []
+    for g in p.gpus:
+        if g.fits is False and g.gpu is not None:
+            parts.append(f"GPU {g.gpu.index} needs {g.peak_gib:.1f} GiB at {g.peak_phase} (+{g.margin_gib:.1f} margin) "
+                         f"but has {g.gpu.available_gib:.1f}")
+    if p.host_ram.get("ok") is False:
+        parts.append(f"host RAM needs {p.host_ram['needed_gib']:.0f} GiB, {p.host_ram['available_gib']:.0f} available")
+    return "; ".join(parts) or "does not fit"
+
+
+def _evaluate(r: Rung, request: RequestShape, gpus: Sequence[GpuInfo], sizes: ModelSizes,
+              host_available_gib: Optional[float]) -> Rung:
+    used = [g for g in gpus if r.spec.gpus is None or g.index in r.spec.gpus] or list(gpus)
+    r.plan = plan(r.spec, request, used, sizes=sizes, host_available_gib=host_available_gib)
+    r.fits = bool(r.plan.fits)
+    r.why_not = "" if r.fits else _why_not(r.plan)
+    return r
+
+
+def _max_frames(spec: LaunchSpec, request: RequestShape, gpus: Sequence[GpuInfo], sizes: ModelSizes,
+                host: Optional[float], limit: int = 481) -> Optional[int]:
+    """Largest 4k+1 frame count that fits at the request's size (None if even 1 frame does not)."""
+    used = [g for g in gpus if spec.gpus is None or g.index in spec.gpus] or list(gpus)
+
+    def ok(frames: int) -> bool:
+        return bool(plan(spec, replace(request, frames=frames), used, sizes=sizes, host_available_gib=host).fits)
+
+    lo, hi = 0, (limit - 1) // 4
+    if not ok(1):
+        return None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ok(4 * mid + 1):
+            lo = mid
+        else:
+            hi = mid - 1
+    return 4 * lo + 1
+
+
+def _smaller_sizes(family: WanFamily, request: RequestShape) -> list[tuple[int, int]]:
+    m = family.size_multiple
+    out = []
+    for pct in range(90, 20, -10):
+        w = max(m, request.width * pct // 100 // m * m)
+        h = max(m, request.height * pct // 100 // m * m)
+        if (w, h) not in out and (w, h) != (request.width, request.height):
+            out.append((w, h))
+    return out
+
+
+def recommend(model: Union[str, LaunchSpec], request: Optional[RequestShape] = None, gpus: GpuArg = None, *,
+              p2p: Optional[bool] = None, allow_fp8: bool = False, host_available_gib: Optional[float] = -1.0,
+              nvml: Any = None, min_frames: int = 17) -> Recommendation:
+    """The fastest configuration that fits `request` on `gpus`.
+
+    model: an HF id / local folder, or a LaunchSpec whose non-memory settings (host, port,
+    runtime switches, extra flags, and its GPU selection) are kept.
+    gpus: None (NVML: this machine), GpuInfo list, or sizes in GiB such as [24, 24].
+    p2p: whether the GPUs have peer-to-peer access (None: NVML when real, else unknown).
+    """
+    base = model if isinstance(model, LaunchSpec) else LaunchSpec(model=model)
+    family = base.family
+    asked = request or RequestShape.default_for(family)
+    gpu_list, source, nvml_p2p, notes = _gpu_list(gpus, nvml)
+    if base.gpus is not None and not (gpu_list and gpu_list[0].hypothetical):
+        chosen = [g for g in gpu_list if g.index in base.gpus]
+        if len(chosen) != len(base.gpus):
+            raise LauncherError(f"GPU {sorted(set(base.gpus) - {g.index for g in gpu_list})} is not on this machine",
+                                f"NVML lists {len(gpu_list)} GPU(s)", "pick existing GPU ids or 'all'",
+                                setting="gpus")
+        gpu_list = chosen
+    p2p = p2p if p2p is not None else nvml_p2p
+    sizes = model_sizes(base.model)
+    rungs, ladder_notes = build_ladder(base, gpu_list, asked, p2p=p2p, allow_fp8=allow_fp8)
+    notes += ladder_notes
+    rejected: list[Rung] = []
+    geforce_no_p2p = len(gpu_list) == 2 and all(g.is_geforce for g in gpu_list) and p2p is not True
+    for r in rungs:
+        if geforce_no_p2p and r.spec.parallel.mode in ("ulysses", "tensor", "ring"):
+            r.warnings.append(f"{r.label} exchanges activations in every layer; without peer-to-peer access "
+                              "that goes through host memory and may be slower than one GPU (if NCCL hangs, "
+                              "set NCCL_P2P_DISABLE=1)")
+        _evaluate(r, asked, gpu_list, sizes, host_available_gib)
+        if r.fits:
+            faster = len(rejected)
+            reason = (f"the fastest of {len(rungs)} configurations that fits" if faster == 0 else
+                      f"fits with {r.plan.min_headroom_gib:.1f} GiB to spare; the {faster} faster "
+                      f"configuration(s) listed below do not")
+            if faster == 0:
+                reason += f" ({r.plan.min_headroom_gib:.1f} GiB to spare on the tightest GPU)"
+            return Recommendation(spec=r.spec, request=asked, asked=asked, plan=r.plan, label=r.label,
+                                  reason=reason, rejected=rejected, notes=notes + r.plan.notes,
+                                  warnings=list(r.warnings),
+                                  max_frames=_max_frames(r.spec, asked, gpu_list, sizes, host_available_gib),
+                                  gpus=gpu_list)
+        rejected.append(r)
+    # nothing fits the request as asked: fewer frames, then smaller frames, on each rung
+    for r in rungs:
+        mf = _max_frames(r.spec, asked, gpu_list, sizes, host_available_gib, limit=asked.frames)
+        if mf is not None and mf >= min(min_frames, asked.frames):
+            req = replace(asked, frames=mf)
+            _evaluate(r, req, gpu_list, sizes, host_available_gib)
+            return Recommendation(spec=r.spec, request=req, asked=asked, plan=r.plan, label=r.label,
+                                  reason=f"nothing fits {asked.frames} frames at {asked.width}x{asked.height}; "
+                                         f"this is the fastest configuration that fits {mf} frames there",
+                                  rejected=rejected, notes=notes + r.plan.notes, warnings=list(r.warnings),
+                                  max_frames=mf, gpus=gpu_list)
+    for w, h in _smaller_sizes(family, asked):
+        smaller = replace(asked, width=w, height=h)
+        for r in rungs:
+            _evaluate(r, smaller, gpu_list, sizes, host_available_gib)
+            if r.fits:
+                return Recommendation(spec=r.spec, request=smaller, asked=asked, plan=r.plan, label=r.label,
+                                      reason=f"nothing fits {asked.width}x{asked.height}; {w}x{h} is the largest "
+                                             "size (same frames) that fits",
+                                      rejected=rejected, notes=notes + r.plan.notes, warnings=list(r.warnings),
+                                      max_frames=_max_frames(r.spec, smaller, gpu_list, sizes, host_available_gib),
+                                      gpus=gpu_list)
+    leanest = rungs[-1] if rungs else None
+    return Recommendation(spec=None, request=asked, asked=asked, plan=leanest.plan if leanest else None,
+                          label="none", reason="even the leanest configuration (layerwise offload, tiled VAE) "
+                          "does not fit these GPUs; the model's weights or host RAM are the limit",
+                          rejected=rejected, notes=notes, gpus=gpu_list)
+
+
+# --------------------------------------------------------------------------------------
+def _same_config(a: LaunchSpec, b: LaunchSpec) -> bool:
+    return (a.parallel, replace(a.memory, vae_slicing=False)) == (b.parallel, replace(b.memory, vae_slicing=False))
+
+
+_OFFLOAD_ORDER = {"none": 0, "module": 1, "layerwise": 2}
+
+
+def _tiled(s: LaunchSpec) -> bool:
+    return s.memory.vae_tiling or (s.parallel.vae_patch > 1 and s.parallel.world_size > 1)
+
+
+def _no_regression(old: LaunchSpec, new: LaunchSpec) -> bool:
+    """A step down never undoes a memory saving the failing spec already had."""
+    if _tiled(old) and not _tiled(new):
+        return False
+    if _OFFLOAD_ORDER[new.memory.offload] < _OFFLOAD_ORDER[old.memory.offload]:
+        return False
+    if old.memory.quantization == "fp8" and new.memory.quantization != "fp8":
+        return False
+    return True
+
+
+def _describe_change(old: LaunchSpec, new: LaunchSpec) -> str:
+    changes = []
+    if old.parallel != new.parallel:
+        def par(p: ParallelConfig) -> str:
+            if p.mode == "none":
+                return "one GPU"
+            s = {"ulysses": "Ulysses", "cfg": "CFG parallel", "tensor": "tensor parallel", "ring": "ring",
+                 "hsdp": "HSDP"}[p.mode] + f" {p.degree}"
+            return s + (" + HSDP" if p.hsdp else "") + (f" + VAE patch {p.vae_patch}" if p.vae_patch > 1 else "")
+        changes.append(f"parallelism {par(old.parallel)} -> {par(new.parallel)}")
+    if old.memory.offload != new.memory.offload:
+        changes.append(f"offload {old.memory.offload} -> {new.memory.offload}")
+    if old.memory.vae_tiling != new.memory.vae_tiling:
+        changes.append("VAE tiling on" if new.memory.vae_tiling else "VAE tiling off")
+    if old.memory.quantization != new.memory.quantization:
+        changes.append(f"quantization {old.memory.quantization} -> {new.memory.quantization}")
+    if old.gpus != new.gpus:
+        changes.append(f"GPUs {list(old.gpus) if old.gpus else 'all'} -> {list(new.gpus) if new.gpus else 'all'}")
+    return ", ".join(changes) or "no change"
+
+
+def step_down(spec: LaunchSpec, failure_kind: str, gpus_memory_gb: Sequence[float],
+              request_shape: Optional[RequestShape] = None, *, allow_fp8: bool = False,
+              host_available_gib: Optional[float] = -1.0) -> Optional[tuple[LaunchSpec, str]]:
+    """The next leaner spec after a failure, and one sentence saying what changed; None at the bottom.
+
+    failure_kind: "oom" (phase unknown), "oom_load" (weights did not fit at startup),
+    "oom_denoise", "oom_encode", "oom_decode" (VAE), or "comm" (NCCL / peer-to-peer failure).
+    gpus_memory_gb: memory of each GPU the server may use (same order as spec.gpus).
+    Keeps everything that is not parallelism or memory (model, port, runtime, extra flags).
+    """
+    if failure_kind not in FAILURE_KINDS:
+        raise ValueError(f"failure_kind must be one of {FAILURE_KINDS}, not {failure_kind!r}")
+    request = request_shape or RequestShape.default_for(spec.family)
+    gpu_infos = hypothetical_gpus(list(gpus_memory_gb))
+    if spec.gpus is not None and len(spec.gpus) == len(gpu_infos):
+        gpu_infos = [replace(g, index=i) for g, i in zip(gpu_infos, spec.gpus)]
+    sizes = model_sizes(spec.model)
+    current = plan(spec, request, [g for g in gpu_infos if spec.gpus is None or g.index in spec.gpus] or gpu_infos,
+                   sizes=sizes, host_available_gib=None)
+    cur_peak = max(g.torch_peak_gib for g in current.gpus)
+    cur_phase_peak = {ph: max(g.phases.get(ph, 0.0) for g in current.gpus)
+                      for ph in ("resident", "denoise", "decode", "encode")}
+
+    # A decode OOM: tiling is the cheapest cure, before anything else.
+    if failure_kind == "oom_decode" and not spec.memory.vae_tiling and spec.parallel.vae_patch <= 1:
+        new = replace(spec, memory=replace(spec.memory, vae_tiling=True))
+        new.validate()
+        return new, "Turned VAE tiling on, because the VAE decode ran out of memory."
+
+    base = replace(spec)
+    if failure_kind == "comm":
+        if spec.parallel.world_size == 1:
+            return None
+        rungs, _ = build_ladder(base, gpu_infos, request, p2p=False, allow_fp8=allow_fp8)
+        for r in rungs:
+            if r.spec.parallel.mode in ("none", "cfg") and r.spec.parallel.mode != spec.parallel.mode:
+                _evaluate(r, request, gpu_infos, sizes, host_available_gib)
+                if r.fits:
+                    return r.spec, (f"Switched to {r.label} ({_describe_change(spec, r.spec)}), because the GPUs "
+                                    "failed to communicate; it needs little or no traffic between them.")
+        return None
+
+    rungs, _ = build_ladder(base, gpu_infos, request, p2p=None, allow_fp8=allow_fp8)
+    idx = next((i for i, r in enumerate(rungs) if _same_config(r.spec, spec)), -1)
+    phase = {"oom_load": "resident", "oom_denoise": "denoise", "oom_decode": "decode",
+             "oom_encode": "encode"}.get(failure_kind)
+    leaner: list[Rung] = []
+    for i, r in enumerate(rungs):
+        if i <= idx or _same_config(r.spec, spec) or not _no_regression(spec, r.spec):
+            continue
+        _evaluate(r, request, gpu_infos, sizes, host_available_gib)
+        peak = max(g.torch_peak_gib for g in r.plan.gpus)
+        if phase is not None:
+            ph_peak = max(g.phases.get(phase, 0.0) for g in r.plan.gpus)
+            if ph_peak >= cur_phase_peak.get(phase, float("inf")) - 0.25:
+                continue
+        elif peak >= cur_peak - 0.25:
+            continue
+        leaner.append(r)
+    if not leaner:
+        return None
+    choice = next((r for r in leaner if r.fits), leaner[-1])
+    if _same_config(choice.spec, spec):
+        return None
+    choice.spec.validate()
+    what = {"oom_load": "the weights did not fit at startup", "oom_denoise": "denoising ran out of memory",
+            "oom_encode": "the VAE encode ran out of memory", "oom_decode": "the VAE decode ran out of memory",
+            "oom": "the GPU ran out of memory"}[failure_kind]
+    est = max(g.peak_gib for g in choice.plan.gpus)
+    return choice.spec, (f"Switched to {choice.label} ({_describe_change(spec, choice.spec)}), because {what}; "
+                         f"the estimate for it is {est:.1f} GiB per GPU.")

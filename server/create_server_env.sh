@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Create the SERVER environment: a separate venv holding vLLM and vLLM-Omni (pinned pair).
+# It never touches ComfyUI's environment. Run it once on the GPU machine, then point the
+# launcher at it:  export VLLM_OMNI_LAUNCHER_SERVER_ENV=<path>
+#
+# usage: server/create_server_env.sh [PATH] [--python PYTHON] [--version X.Y.Z]
+#   PATH      where to create the venv (default: ~/.local/share/vllm-omni-launcher/server-env)
+#   --python  interpreter for the venv (default: python3.12 if present, else python3)
+#   --version vLLM / vLLM-Omni version; both get the same one (default 0.30.0).
+#             Their major.minor must match: a mismatch only warns upstream, then misbehaves.
+set -euo pipefail
+
+target="${HOME}/.local/share/vllm-omni-launcher/server-env"
+python_bin=""
+version="0.30.0"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --python) python_bin="$2"; shift 2 ;;
+    --version) version="$2"; shift 2 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    *) target="$1"; shift ;;
+  esac
+done
+if [ -z "$python_bin" ]; then
+  python_bin="$(command -v python3.12 || command -v python3)"
+fi
+
+if [ -x "$target/bin/python" ] && "$target/bin/python" - "$version" <<'PY' 2>/dev/null; then
+import sys
+from importlib.metadata import version
+want = sys.argv[1]
+sys.exit(0 if version("vllm") == want and version("vllm-omni") == want else 1)
+PY
+  echo "server env at $target already has vllm==$version and vllm-omni==$version"
+  exit 0
+fi
+
+echo "creating server env at $target (python: $python_bin, vllm/vllm-omni $version)"
+if command -v uv >/dev/null 2>&1; then
+  uv venv -q --allow-existing -p "$python_bin" "$target"
+  VIRTUAL_ENV="$target" uv pip install -q "vllm==$version" "vllm-omni==$version"
+else
+  "$python_bin" -m venv "$target"
+  "$target/bin/python" -m pip install -q --upgrade pip
+  "$target/bin/python" -m pip install -q "vllm==$version" "vllm-omni==$version"
+fi
+"$target/bin/python" -c "from importlib.metadata import version as v; print('server env ready: vllm', v('vllm'), 'vllm-omni', v('vllm-omni'))"
+echo "now: export VLLM_OMNI_LAUNCHER_SERVER_ENV=$target"

@@ -1,0 +1,103 @@
+"""One small JSON file per running server, so a restarted ComfyUI can find what it left.
+
+The watchdog stops a server when its owner dies, but a server can still be left behind
+(the watchdog itself was killed, a crash between two steps). The state file records what
+is needed to prove a process is that server before touching it (pid, process group, the
+create times, the exact argv) and to reuse it (port, spec fingerprint, API key, log path).
+
+The API key of a server is stored here so an adopted server stays usable. The file is
+created 0600 inside a 0700 directory, written atomically, and deleted when the server
+stops; anyone who can read it could also read the server's /proc environment.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+VERSION = 1
+
+
+@dataclass
+class ServerState:
+    pgid: int
+    leader_create_time: Optional[float]
+    server_pid: Optional[int]
+    server_create_time: Optional[float]
+    argv: list[str]
+    host: str
+    port: int
+    fingerprint: str                  # the spec the server runs
+    requested_fingerprint: str        # the spec that was asked for (differs after an OOM fallback)
+    spec: dict[str, Any]
+    api_key: Optional[str] = field(default=None, repr=False)
+    log_path: str = ""
+    storage_path: str = ""
+    owner_pid: int = 0
+    owner_create_time: Optional[float] = None
+    started_at: float = 0.0
+    ready: bool = False
+    version: int = VERSION
+
+    def __repr__(self) -> str:
+        return (f"ServerState(pgid={self.pgid}, server_pid={self.server_pid}, port={self.port}, "
+                f"fingerprint={self.fingerprint})")
+
+
+def state_dir(data_dir: str) -> Path:
+    path = Path(data_dir).expanduser() / "state"
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        os.chmod(path, 0o700)
+    except OSError:
+        pass
+    return path
+
+
+def path_for(data_dir: str, pgid: int) -> Path:
+    return state_dir(data_dir) / f"server-{pgid}.json"
+
+
+def write(data_dir: str, state: ServerState) -> Path:
+    """Write atomically with 0600 permissions (the file holds the API key)."""
+    target = path_for(data_dir, state.pgid)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(asdict(state), fh)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return target
+
+
+def remove(data_dir: str, pgid: int) -> None:
+    try:
+        path_for(data_dir, pgid).unlink()
+    except FileNotFoundError:
+        pass
+
+
+def read(path: Path) -> Optional[ServerState]:
+    try:
+        if path.stat().st_mode & 0o077:
+            return None            # not written by us (or tampered with): never trust it
+        data = json.loads(path.read_text())
+        if data.get("version") != VERSION:
+            return None
+        return ServerState(**data)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def read_all(data_dir: str) -> list[tuple[Path, Optional[ServerState]]]:
+    directory = state_dir(data_dir)
+    return [(p, read(p)) for p in sorted(directory.glob("server-*.json"))]

@@ -1,0 +1,692 @@
+#!/usr/bin/env python3
+"""``vllm serve MODEL --omni`` with the real vLLM-Omni 0.30 server and a fake GPU.
+
+Usage (server python, i.e. the venv with vllm==0.30.0 and vllm-omni==0.30.0)::
+
+    python tests/contract/stub_vllm_serve.py serve Wan-AI/Wan2.2-T2V-A14B-Diffusers --omni --port 8091 [flags]
+
+The argv after the script name is exactly what the ``vllm`` console script receives;
+it is handed to ``vllm.entrypoints.cli.main.main`` unchanged, so parsing (including
+``error: unrecognized arguments``, exit 2), ``OmniServeCommand.validate``, the config
+resolution, ``AsyncOmni``/``AsyncOmniEngine``/Orchestrator/``StageRuntime``,
+``InlineStageDiffusionClient``, ``DiffusionEngine`` (scheduler, Wan pre-/post-processing
+hooks, warm-up, abort), the FastAPI app (routes, auth middleware, multipart parsing,
+validation, job store, MP4 encoder, storage) and uvicorn are all upstream code.
+
+What is replaced, and why (details in ``upstream.py``)
+------------------------------------------------------
+* ``huggingface_hub``'s HTTP client (``huggingface_hub.set_client_factory``): a
+  fixture-backed fake Hub serving ``tests/contract/fixtures/hf/Wan-AI/*`` (config JSON
+  only, no weights). CI cannot download 100 GB of Wan weights, and the stub needs none.
+  Unknown repos get the Hub's 401 ``RepoNotFound`` answer, so upstream raises its own
+  ``Repository not found for '<id>'`` error.
+* ``vllm_omni.platforms.current_omni_platform``: ``device_control_env_var`` is
+  ``CUDA_VISIBLE_DEVICES`` and ``get_device_count()`` counts its ids (or
+  ``VLLM_OMNI_STUB_DEVICE_COUNT``, default 1, when unset); there is no GPU to count.
+* ``DiffusionExecutor.get_class`` (``vllm_omni/diffusion/executor/abstract.py``): the real
+  function still validates ``--distributed-executor-backend``, then the
+  :class:`StubGpuExecutor` below is returned instead of ``UniProcDiffusionExecutor`` /
+  ``MultiprocDiffusionExecutor``.  That executor is the whole fake "GPU": it implements
+  the ``DiffusionExecutor`` interface the real ``DiffusionEngine`` drives
+  (``execute_request``/``execute_batch``/``execute_step``, ``collective_rpc``,
+  ``check_health``, ``register_failure_callback``, ``shutdown``, ``is_dead``), prints the
+  worker-side phase lines a real worker prints (same logger, same source file/line in the
+  record, no ``(APIServer pid=..)`` prefix when the real backend would be the
+  multi-process one), and for each request does what ``Wan22Pipeline.forward`` /
+  ``Wan22I2VPipeline.forward`` decide before touching the GPU: size flooring to
+  ``vae_scale_factor_spatial * patch_size`` (A14B /16, TI2V-5B /32) or, for I2V, the
+  ``divisible by 16`` check; ``num_frames`` rewritten to ``n//4*4+1``; 40 default steps;
+  ``boundary_ratio`` warning; ``sample_solver`` / ``flow_shift`` / guidance validation
+  through the real ``resolve_wan_*`` helpers.  The denoise loop is the real
+  ``ProgressBarMixin.progress_bar`` (tqdm on stderr, rank 0) with one step per
+  ``VLLM_OMNI_STUB_STEP_S``; frames are ``frame_code.encode(i, seed, w, h)``, returned as
+  the decoded-video media a Wan VAE returns (BCTHW, [-1, 1], bf16) and prepared with the
+  runner's real ``prepare_diffusion_media_for_transport``.  DELETE of a running job
+  behaves as upstream because it *is* upstream: the engine cannot interrupt
+  ``execute_request`` (Wan has no cooperative cancel), so the steps keep printing until
+  they end and the output is dropped.
+
+Fault knobs (environment, read at start)
+----------------------------------------
+``VLLM_OMNI_STUB_LOAD_DELAY_S``   seconds of "weight loading" (port refuses meanwhile).
+``VLLM_OMNI_STUB_STEP_S``         seconds per denoise step (default 0.02).
+``VLLM_OMNI_STUB_OOM_AT_LOAD=1``  torch CUDA OOM while loading -> stage init fails, exit 1.
+``VLLM_OMNI_STUB_OOM_UNLESS=f[,f]`` same, unless one of the flags is in argv.
+``VLLM_OMNI_STUB_OOM_IN_JOB=N``   job N raises the CUDA OOM mid-denoise (job failed, 500).
+``VLLM_OMNI_STUB_CRASH_AFTER_JOBS=N`` once job N is completed, the engine dies and the
+                                  process exits 1 (children killed first).
+``VLLM_OMNI_STUB_HANG_AFTER_JOBS=N``  once job N is completed, the API event loop blocks
+                                  forever: requests hang, SIGTERM is not acted on (as a
+                                  wedged uvicorn), SIGKILL works.
+``VLLM_OMNI_STUB_HANG_IN_JOB=1``  every job stalls after its first step, forever.
+``VLLM_OMNI_STUB_FAULT_GRACE_S``  delay between job N's output being stored and the crash
+                                  / hang (default 1.0), so a poller can see it completed.
+``VLLM_OMNI_STUB_DEVICE_COUNT``   devices when ``CUDA_VISIBLE_DEVICES`` is unset (default 1).
+
+The process writes ``STUB_PID=<pid>`` to stderr first.  Unless
+``VLLM_OMNI_SERVER_STORAGE__PATH`` (or the deprecated ``VLLM_OMNI_STORAGE_PATH``) is set,
+job files go to a per-process temporary directory, removed at exit.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+sys.stderr.write(f"STUB_PID={os.getpid()}\n")
+sys.stderr.flush()
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+import atexit  # noqa: E402
+import logging  # noqa: E402
+import shutil  # noqa: E402
+import signal  # noqa: E402
+import tempfile  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+import upstream  # noqa: E402
+
+upstream.server_python_ok()
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name, "")
+    return float(raw) if raw.strip() else default
+
+
+def _env_int(name: str) -> int | None:
+    raw = os.environ.get(name, "").strip()
+    return int(raw) if raw else None
+
+
+@dataclass(frozen=True)
+class Knobs:
+    load_delay_s: float
+    step_s: float
+    oom_at_load: bool
+    oom_unless: tuple[str, ...]
+    oom_in_job: int | None
+    crash_after_jobs: int | None
+    hang_after_jobs: int | None
+    hang_in_job: bool
+    fault_grace_s: float
+
+    @classmethod
+    def from_env(cls) -> "Knobs":
+        unless = tuple(f.strip() for f in os.environ.get("VLLM_OMNI_STUB_OOM_UNLESS", "").split(",") if f.strip())
+        return cls(
+            load_delay_s=_env_float("VLLM_OMNI_STUB_LOAD_DELAY_S", 0.0),
+            step_s=_env_float("VLLM_OMNI_STUB_STEP_S", 0.02),
+            oom_at_load=os.environ.get("VLLM_OMNI_STUB_OOM_AT_LOAD", "").strip() not in ("", "0"),
+            oom_unless=unless,
+            oom_in_job=_env_int("VLLM_OMNI_STUB_OOM_IN_JOB"),
+            crash_after_jobs=_env_int("VLLM_OMNI_STUB_CRASH_AFTER_JOBS"),
+            hang_after_jobs=_env_int("VLLM_OMNI_STUB_HANG_AFTER_JOBS"),
+            hang_in_job=os.environ.get("VLLM_OMNI_STUB_HANG_IN_JOB", "").strip() not in ("", "0"),
+            fault_grace_s=_env_float("VLLM_OMNI_STUB_FAULT_GRACE_S", 1.0),
+        )
+
+    def oom_at_load_now(self, argv: list[str]) -> bool:
+        if self.oom_at_load:
+            return True
+        if not self.oom_unless:
+            return False
+        present = {arg.split("=", 1)[0] for arg in argv}
+        return not any(flag in present for flag in self.oom_unless)
+
+
+KNOBS = Knobs.from_env()
+ARGV = sys.argv[1:]
+
+# Job storage: a private directory unless the caller chose one (upstream default /tmp/storage).
+if not os.environ.get("VLLM_OMNI_SERVER_STORAGE__PATH") and not os.environ.get("VLLM_OMNI_STORAGE_PATH"):
+    os.environ["VLLM_OMNI_SERVER_STORAGE__PATH"] = upstream.make_temp_dir("vllm-omni-stub-storage-")
+STORAGE_DIR = os.environ.get("VLLM_OMNI_SERVER_STORAGE__PATH") or os.environ.get("VLLM_OMNI_STORAGE_PATH")
+
+upstream.prepare_process_env()
+
+from vllm.entrypoints.cli.main import main as vllm_main  # noqa: E402  (what the `vllm` script runs)
+
+upstream.install_fixture_hub()
+upstream.install_device_inventory()
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from vllm.v1.engine.exceptions import EngineDeadError  # noqa: E402
+from vllm_omni.diffusion.data import DiffusionOutput  # noqa: E402
+from vllm_omni.diffusion.executor.abstract import DiffusionExecutor  # noqa: E402
+from vllm_omni.diffusion.media import (  # noqa: E402
+    DiffusionMediaOutput,
+    VideoMediaOutput,
+    VideoTensorEncoding,
+    VideoTensorLayout,
+    VideoTensorSpec,
+    VideoValueRange,
+)
+
+import frame_code  # noqa: E402
+
+GiB = 1 << 30
+CUDA_OOM_MESSAGE = (
+    "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.55 GiB of which "
+    "1.02 GiB is free. Including non-PyTorch memory, this process has 22.52 GiB memory in use. Of the "
+    "allocated memory 21.80 GiB is allocated by PyTorch, and 312.45 MiB is reserved by PyTorch but "
+    "unallocated. If reserved but unallocated memory is large try setting "
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for "
+    "Memory Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html"
+    "#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)"
+)
+I2V_CLASSES = {"WanImageToVideoPipeline", "WanI2VDMD2Pipeline"}
+WAN_CLASSES = {"WanPipeline", "WanDMDPipeline", "WanT2VDMD2Pipeline"} | I2V_CLASSES
+
+
+# --------------------------------------------------------------------------- worker-side logging
+_LINE_CACHE: dict[tuple[str, str], int] = {}
+
+
+def _source_line(path: str, needle: str) -> int:
+    key = (path, needle)
+    if key not in _LINE_CACHE:
+        lineno = 0
+        try:
+            with open(path, encoding="utf-8") as f:
+                for i, line in enumerate(f, 1):
+                    if needle in line:
+                        lineno = i
+                        break
+        except OSError:
+            pass
+        _LINE_CACHE[key] = lineno
+    return _LINE_CACHE[key]
+
+
+class WorkerLog:
+    """Log records that look as if the real worker module had emitted them.
+
+    ``separate_process`` mimics worker processes of the multi-process executor: their
+    output carries no ``(APIServer pid=...)`` prefix, so it bypasses the decorated write.
+    """
+
+    def __init__(self, separate_process: bool) -> None:
+        self.separate_process = separate_process
+
+    def emit(self, module: str, level: int, needle: str, msg: str, *args: object) -> None:
+        import importlib
+
+        mod = sys.modules.get(module) or importlib.import_module(module)
+        path = getattr(mod, "__file__", module)
+        logger = logging.getLogger(module)
+        if not logger.isEnabledFor(level):
+            return
+        record = logger.makeRecord(logger.name, level, path, _source_line(path, needle), msg, args, None)
+        if not self.separate_process:
+            logger.handle(record)
+            return
+        node: logging.Logger | None = logger
+        while node is not None:
+            for handler in node.handlers:
+                if record.levelno >= handler.level and hasattr(handler, "stream"):
+                    stream = handler.stream
+                    write = getattr(stream, "_original_write", stream.write)
+                    write(handler.format(record) + "\n")
+                    stream.flush()
+                    return
+            node = node.parent if node.propagate else None
+
+    def raw_stderr(self):
+        """stderr as a worker process would own it (undecorated)."""
+        if not self.separate_process or not hasattr(sys.stderr, "_original_write"):
+            return sys.stderr
+        stream = sys.stderr
+
+        class _Raw:
+            def write(self, s: str) -> int:
+                stream._original_write(s)
+                return len(s)
+
+            def flush(self) -> None:
+                stream.flush()
+
+            def isatty(self) -> bool:
+                return stream.isatty()
+
+            encoding = getattr(stream, "encoding", "utf-8")
+
+        return _Raw()
+
+
+# --------------------------------------------------------------------------- model facts
+@dataclass
+class ModelFacts:
+    class_name: str | None
+    is_wan: bool
+    is_i2v: bool
+    is_dmd: bool
+    spatial: int          # vae scale_factor_spatial
+    temporal: int         # vae scale_factor_temporal
+    patch: int            # transformer patch_size[1]
+    transformers: tuple[str, ...]
+    weights_bytes: int
+    num_shards: int
+
+    @classmethod
+    def load(cls, od_config) -> "ModelFacts":
+        from vllm_omni.diffusion.utils.hf_utils import get_diffusion_model_index
+        from vllm.transformers_utils.config import get_hf_file_to_dict
+
+        model = od_config.model
+        class_name = getattr(od_config, "model_class_name", None)
+
+        def cfg(name: str) -> dict:
+            try:
+                return get_hf_file_to_dict(name, model) or {}
+            except Exception:
+                return {}
+
+        index = get_diffusion_model_index(model) or {}
+        vae = cfg("vae/config.json")
+        dits = []
+        for comp in ("transformer", "transformer_2"):
+            entry = index.get(comp)
+            if isinstance(entry, list) and entry and entry[0] is None:
+                continue
+            conf = cfg(f"{comp}/config.json")
+            if conf:
+                dits.append((comp, conf))
+        boundary = getattr(od_config, "boundary_ratio", None)
+        if boundary == 1.0:
+            dits = [d for d in dits if d[0] == "transformer_2"] or dits
+        elif boundary == 0.0:
+            dits = [d for d in dits if d[0] == "transformer"] or dits
+        patch = 2
+        weights = 0
+        for _, conf in dits:
+            p = conf.get("patch_size") or [1, 2, 2]
+            patch = int(p[1]) if isinstance(p, (list, tuple)) and len(p) > 1 else 2
+            d = int(conf.get("num_attention_heads", 1)) * int(conf.get("attention_head_dim", 64))
+            ffn = int(conf.get("ffn_dim", 4 * d))
+            layers = int(conf.get("num_layers", 1))
+            weights += 2 * layers * (8 * d * d + 2 * d * ffn) + 2 * d * int(conf.get("text_dim", d))
+        te = cfg("text_encoder/config.json")
+        if te:
+            dm, ff = int(te.get("d_model", 0)), int(te.get("d_ff", 0))
+            inner = int(te.get("num_heads", 1)) * int(te.get("d_kv", 64))
+            weights += 2 * (int(te.get("num_layers", 0)) * (4 * dm * inner + 3 * dm * ff)
+                            + int(te.get("vocab_size", 0)) * dm)
+        weights += 2 * 127_000_000 if vae else 0
+        return cls(
+            class_name=class_name,
+            is_wan=class_name in WAN_CLASSES,
+            is_i2v=class_name in I2V_CLASSES,
+            is_dmd=index.get("_class_name") == "WanDMDPipeline",
+            spatial=int(vae.get("scale_factor_spatial") or 8),
+            temporal=int(vae.get("scale_factor_temporal") or 4),
+            patch=patch,
+            transformers=tuple(name for name, _ in dits),
+            weights_bytes=weights,
+            num_shards=max(1, len(dits)),
+        )
+
+
+# --------------------------------------------------------------------------- fault timing
+class Faults:
+    """Job counters and the post-job crash / hang triggers.
+
+    A job has *started* when the engine hands it to the executor (the warm-up does not
+    count).  An async job (``video_gen_*``) has *completed* once the API layer stored its
+    MP4 (a job deleted while running never completes); any other request (``/sync``)
+    completes when the executor returns its output.
+    """
+
+    lock = threading.Lock()
+    started = 0
+    completed = 0
+
+    @classmethod
+    def job_started(cls) -> int:
+        with cls.lock:
+            cls.started += 1
+            return cls.started
+
+    @classmethod
+    def engine_finished(cls, request_id: str, executor: "StubGpuExecutor") -> None:
+        if KNOBS.crash_after_jobs is None and KNOBS.hang_after_jobs is None:
+            return
+        threading.Thread(target=cls._watch, args=(request_id, executor), daemon=True,
+                         name="stub-job-watch").start()
+
+    @classmethod
+    def _watch(cls, request_id: str, executor: "StubGpuExecutor") -> None:
+        if request_id.startswith("video_gen_") and STORAGE_DIR:
+            video_id = request_id.rsplit("-", 1)[0]
+            path = os.path.join(STORAGE_DIR, video_id)
+            deadline = time.monotonic() + 120.0
+            while not os.path.exists(path):
+                if time.monotonic() > deadline:
+                    return  # deleted / aborted / never stored: not a completed job
+                time.sleep(0.05)
+        with cls.lock:
+            cls.completed += 1
+            n = cls.completed
+        for limit, action in ((KNOBS.crash_after_jobs, crash), (KNOBS.hang_after_jobs, hang_api_server)):
+            if limit is not None and n == limit:
+                time.sleep(KNOBS.fault_grace_s)
+                action(executor)
+
+
+def _kill_children() -> None:
+    try:
+        import psutil
+
+        for child in psutil.Process().children(recursive=True):
+            try:
+                child.kill()
+            except Exception:
+                pass
+    except Exception:
+        pass
+
+
+def crash(executor: "StubGpuExecutor") -> None:
+    """The engine dies: worker failure lines, failure callbacks, EngineDeadError, exit 1."""
+    log = executor.log
+    try:
+        if executor.separate_workers:
+            log.emit("vllm_omni.diffusion.executor.multiproc_executor", logging.ERROR,
+                     "Diffusion worker(s) died unexpectedly", "Diffusion worker(s) died unexpectedly: %s",
+                     [f"DiffusionWorker-{r}(exitcode=-9, SIGKILL)" for r in range(executor.world_size)])
+        else:
+            log.emit("vllm_omni.diffusion.executor.uniproc_executor", logging.ERROR,
+                     "Device context is unusable", "Device context is unusable after a worker failure: %s",
+                     "CUDA error: an illegal memory access was encountered")
+            log.emit("vllm_omni.diffusion.executor.uniproc_executor", logging.ERROR,
+                     "failed unrecoverably in-process",
+                     "Diffusion worker failed unrecoverably in-process; marking the executor dead.")
+        executor.mark_failed()
+        sys.stderr.write("".join(traceback.format_exception_only(EngineDeadError())))
+        sys.stderr.flush()
+        sys.stdout.flush()
+    finally:
+        _kill_children()
+        upstream.remove_temp_dirs()
+        os._exit(1)
+
+
+def hang_api_server(executor: "StubGpuExecutor | None" = None) -> None:
+    """Block the API server's event loop (main thread) forever."""
+    import asyncio
+    import gc
+
+    main_ident = threading.main_thread().ident
+    for obj in gc.get_objects():
+        try:
+            if isinstance(obj, asyncio.AbstractEventLoop) and obj.is_running() \
+                    and getattr(obj, "_thread_id", None) == main_ident:
+                obj.call_soon_threadsafe(_block_forever)
+                return
+        except Exception:
+            continue
+    # Fallback: no loop found; stop the whole process instead (also "alive but silent").
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def _block_forever() -> None:
+    while True:
+        time.sleep(3600)
+
+
+# --------------------------------------------------------------------------- the fake GPU
+class _Stalled(Exception):
+    pass
+
+
+class StubGpuExecutor(DiffusionExecutor):
+    """A ``DiffusionExecutor`` whose workers are simulated in-process (see module doc)."""
+
+    uses_multiproc = False
+    upstream_class: type | None = None  # set by upstream.install_executor
+
+    # -- lifecycle --------------------------------------------------------------------
+    def _init_executor(self) -> None:
+        od = self.od_config
+        real = type(self).upstream_class
+        self._closed = False
+        self._is_failed = False
+        self._failure_callbacks: list = []
+        self.world_size = int(od.parallel_config.world_size)
+        real_name = getattr(real, "__name__", "")
+        num_gpus = od.num_gpus or 1
+        if real_name == "UniProcDiffusionExecutor" and num_gpus != 1:
+            # UniProcDiffusionExecutor._init_executor rejects this before creating its worker.
+            raise ValueError(
+                f"UniProcDiffusionExecutor supports a single GPU only, got num_gpus={num_gpus}. "
+                'Use distributed_executor_backend="mp" for multi-GPU deployments.'
+            )
+        self.separate_workers = bool(getattr(real, "uses_multiproc", False)) or real_name.startswith("Multiproc")
+        self.log = WorkerLog(self.separate_workers)
+        self.facts = ModelFacts.load(od)
+        self.devices = upstream.stage_devices(self.world_size)
+        self._load_workers()
+
+    def _load_workers(self) -> None:
+        od, log, facts = self.od_config, self.log, self.facts
+        ranks = range(self.world_size) if self.separate_workers else range(1)
+        for rank in ranks:
+            log.emit("vllm_omni.diffusion.worker.diffusion_worker", logging.INFO,
+                     "Initialized device and distributed environment",
+                     "Worker %s: Initialized device and distributed environment.", rank)
+        t0 = time.perf_counter()
+        if facts.is_wan:
+            from vllm_omni.diffusion.model_loader.hub_prefetch import prefetch_subfolders
+
+            prefetch_subfolders(od.model, ["tokenizer", "text_encoder", "vae"],
+                                local_files_only=os.path.exists(od.model))
+        if KNOBS.oom_at_load_now(ARGV):
+            # A weight tensor allocation on the device fails during load_model().
+            raise torch.OutOfMemoryError(CUDA_OOM_MESSAGE)
+        t_weights = time.perf_counter()
+        self._shard_progress(facts.num_shards)
+        if KNOBS.load_delay_s > 0:
+            time.sleep(KNOBS.load_delay_s)
+        gib = facts.weights_bytes / GiB
+        if getattr(od, "enable_cpu_offload", False) or getattr(od, "enable_layerwise_offload", False):
+            gib *= 0.1
+        tp = max(1, int(getattr(od.parallel_config, "tensor_parallel_size", 1) or 1))
+        if getattr(od.parallel_config, "use_hsdp", False):
+            tp = max(tp, int(getattr(od.parallel_config, "hsdp_shard_size", 0) or 0), self.world_size)
+        gib /= tp
+        for rank in ranks:
+            log.emit("vllm_omni.diffusion.model_loader.diffusers_loader", logging.INFO,
+                     "Loading weights took", "Loading weights took %.2f seconds", time.perf_counter() - t_weights)
+            log.emit("vllm_omni.diffusion.worker.diffusion_model_runner", logging.INFO,
+                     "Model loading took", "Model loading took %.4f GiB and %.6f seconds",
+                     gib, time.perf_counter() - t0)
+            log.emit("vllm_omni.diffusion.worker.diffusion_model_runner", logging.INFO,
+                     "Model runner: Model loaded successfully", "Model runner: Model loaded successfully.")
+            if not getattr(od, "enforce_eager", False):
+                for attr in facts.transformers:
+                    log.emit("vllm_omni.diffusion.worker.diffusion_model_runner", logging.INFO,
+                             "configured for lazy %s torch.compile",
+                             "Model runner: %s configured for lazy %s torch.compile with dynamic=%s; "
+                             "compilation errors may surface on the first request.",
+                             attr, getattr(od, "diffusion_compile_granularity", "regional"),
+                             getattr(od, "diffusion_compile_dynamic", True))
+            log.emit("vllm_omni.diffusion.worker.diffusion_model_runner", logging.INFO,
+                     "Model runner: Initialization complete", "Model runner: Initialization complete.")
+            log.emit("vllm_omni.diffusion.worker.diffusion_worker", logging.INFO,
+                     "Initialization complete.\")", "Worker %s: Initialization complete.", rank)
+
+    def _shard_progress(self, shards: int) -> None:
+        from tqdm import tqdm
+        from vllm.model_executor.model_loader.weight_utils import _BAR_FORMAT
+
+        with tqdm(total=shards, desc="Multi-thread loading shards", bar_format=_BAR_FORMAT,
+                  file=self.log.raw_stderr()) as bar:
+            for _ in range(shards):
+                bar.update()
+
+    @property
+    def is_dead(self) -> bool:
+        return self._closed or self._is_failed
+
+    def register_failure_callback(self, callback) -> None:
+        self._failure_callbacks.append(callback)
+
+    def mark_failed(self) -> None:
+        if self._is_failed:
+            return
+        self._is_failed = True
+        for callback in list(self._failure_callbacks):
+            try:
+                callback()
+            except Exception:
+                pass
+
+    def check_health(self) -> None:
+        if self._is_failed:
+            raise EngineDeadError()
+        if self._closed:
+            raise RuntimeError("DiffusionExecutor is closed.")
+
+    def shutdown(self) -> None:
+        self._closed = True
+
+    def collective_rpc(self, method, timeout=None, args=(), kwargs=None, unique_reply_rank=None,
+                       exec_all_ranks=False):
+        if self._closed:
+            raise RuntimeError("DiffusionExecutor is closed.")
+        results = {"list_loras": [], "add_lora": True, "remove_lora": True, "pin_lora": True,
+                   "synchronize_device": None, "profile": None}
+        if method not in results:
+            raise NotImplementedError(f"stub GPU executor does not implement collective_rpc({method!r})")
+        result = results[method]
+        return result if unique_reply_rank is not None else [result] * (self.world_size if exec_all_ranks else 1)
+
+    # -- execution --------------------------------------------------------------------
+    def execute_request(self, scheduler_output):
+        from vllm_omni.diffusion.worker.utils import BatchRunnerOutput, RunnerOutput
+
+        if self._closed:
+            raise RuntimeError("DiffusionExecutor is closed.")
+        outputs = []
+        for new_req in scheduler_output.scheduled_new_reqs:
+            outputs.append(RunnerOutput(request_id=new_req.request_id, step_index=None, finished=True,
+                                        result=self._run_request(new_req.req)))
+        return BatchRunnerOutput.from_list(outputs)
+
+    execute_batch = execute_request
+
+    def execute_step(self, scheduler_output):
+        raise RuntimeError("stub GPU executor: Wan pipelines have no step execution")
+
+    def _run_request(self, req) -> DiffusionOutput:
+        dummy = req.is_dummy_run()
+        job = None if dummy else Faults.job_started()
+        try:
+            media, peak = self._forward(req, job)
+        except _Stalled:
+            return DiffusionOutput(error="DiffusionEngine is closed.")
+        except Exception as exc:
+            # UniProcDiffusionExecutor.execute_request: the worker's exception becomes the
+            # request's error output (the engine then raises it as RuntimeError).
+            return DiffusionOutput(error=str(exc))
+        if not dummy:
+            Faults.engine_finished(req.request_id, self)
+        return DiffusionOutput(media=media, peak_memory_mb=peak)
+
+    def _forward(self, req, job: int | None):
+        from vllm_omni.diffusion.models.progress_bar import ProgressBarMixin
+        from vllm_omni.diffusion.postprocess.device_reduction import prepare_diffusion_media_for_transport
+
+        facts, od, sp = self.facts, self.od_config, req.sampling_params
+        prompt = req.prompt
+        text = prompt if isinstance(prompt, str) else (prompt.get("prompt") or "")
+        wan_logger = "vllm_omni.diffusion.models.wan2_2.pipeline_wan2_2_i2v" if facts.is_i2v \
+            else "vllm_omni.diffusion.models.wan2_2.pipeline_wan2_2"
+        height = sp.height or 480
+        width = sp.width or 832
+        num_frames = sp.num_frames or 81
+        steps = 40 if sp.num_inference_steps is None else sp.num_inference_steps
+        if facts.is_wan:
+            from vllm_omni.diffusion.models.wan2_2.pipeline_wan2_2 import (
+                resolve_wan_flow_shift,
+                resolve_wan_guidance_scales,
+                resolve_wan_sample_solver,
+            )
+
+            if not text:
+                raise ValueError("Prompt is required for Wan2.2 I2V generation when prompt_embeds are not provided."
+                                 if facts.is_i2v else
+                                 "Prompt is required for Wan2.2 generation when prompt_embeds are not provided.")
+            if facts.is_i2v:
+                mm = {} if isinstance(prompt, str) else (prompt.get("multi_modal_data") or {})
+                if mm.get("image") is None:
+                    raise ValueError("Image is required for I2V generation.")
+                if height % 16 != 0 or width % 16 != 0:
+                    raise ValueError(f"`height` and `width` have to be divisible by 16 but are {height} and {width}.")
+            else:
+                mod = facts.spatial * facts.patch
+                height, width = height // mod * mod, width // mod * mod
+            if facts.is_dmd:
+                steps = 3
+            resolve_wan_guidance_scales(sp, default_guidance_scale=5.0 if facts.is_i2v else 4.0)
+            if od.boundary_ratio is None and sp.boundary_ratio is None:
+                self.log.emit(wan_logger, logging.WARNING, "boundary_ratio is required",
+                              "boundary_ratio is required for %s generation. using default value 0.875"
+                              % ("I2V" if facts.is_i2v else "T2V"))
+            if num_frames % facts.temporal != 1:
+                num_frames = num_frames // facts.temporal * facts.temporal + 1
+            num_frames = max(num_frames, 1)
+            if not facts.is_dmd:
+                resolve_wan_sample_solver(req)
+                resolve_wan_flow_shift(req, od)
+        if height <= 0 or width <= 0:
+            raise RuntimeError(f"Calculated latent size is zero for height={height}, width={width}")
+        seed = sp.seed if sp.seed is not None else 0
+        batch = max(1, int(getattr(sp, "num_outputs_per_prompt", None) or 1))
+
+        bar_owner = ProgressBarMixin()
+        bar_owner.set_progress_bar_config(file=self.log.raw_stderr())
+        stall_at = min(1, steps - 1) if KNOBS.hang_in_job and job is not None else None
+        oom_at = steps // 2 if (job is not None and KNOBS.oom_in_job == job) else None
+        with bar_owner.progress_bar(total=steps) as pbar:
+            for step in range(steps):
+                if stall_at is not None and step == stall_at:
+                    while not self._closed:
+                        time.sleep(0.05)
+                    raise _Stalled()
+                if oom_at is not None and step == oom_at:
+                    raise torch.OutOfMemoryError(CUDA_OOM_MESSAGE)
+                if KNOBS.step_s > 0:
+                    time.sleep(KNOBS.step_s)
+                if self._closed:
+                    raise _Stalled()
+                pbar.update()
+
+        frames = np.stack([frame_code.encode(i, seed, width, height) for i in range(num_frames)])
+        video = torch.from_numpy(frames).permute(3, 0, 1, 2).unsqueeze(0).float().div_(127.5).sub_(1.0)
+        video = video.to(torch.bfloat16).expand(batch, -1, -1, -1, -1).contiguous()
+        media = DiffusionMediaOutput(video=VideoMediaOutput(
+            tensor=video,
+            spec=VideoTensorSpec(layout=VideoTensorLayout.BCTHW, encoding=VideoTensorEncoding.NORMALIZED_FLOAT,
+                                 value_range=VideoValueRange.NEGATIVE_ONE_TO_ONE),
+        ))
+        media = prepare_diffusion_media_for_transport(media, od_config=od, sampling_params=sp)
+        peak_mb = (self.facts.weights_bytes / max(1, self.world_size) + video.numel() * 8) / (1 << 20)
+        return media, peak_mb
+
+
+def main() -> int:
+    upstream.install_executor(StubGpuExecutor)
+    sys.argv = ["vllm", *ARGV]
+    result = vllm_main()
+    return result if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,227 @@
+"""Start the stub vLLM-Omni server (``stub_vllm_serve.py``) from tests. No pytest needed.
+
+The stub is the real vLLM-Omni 0.30 server (CLI, config resolution, FastAPI app) with a
+fake GPU; see the docstring of ``stub_vllm_serve.py`` for its fault knobs
+(``VLLM_OMNI_STUB_*`` environment variables).  It runs under the *server* python, named by
+``VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON`` (the venv with vllm + vllm-omni); the tests
+themselves run under the ComfyUI python, which has neither.
+
+Typical use::
+
+    from stubserver import run_stub
+
+    with run_stub("Wan-AI/Wan2.2-T2V-A14B-Diffusers", flags=["--usp", "2"],
+                  env={"CUDA_VISIBLE_DEVICES": "0,1"}) as stub:
+        stub.wait_healthy()
+        requests.get(stub.url + "/v1/models")
+        ...
+        assert "Model loading took" in stub.stderr_text()
+
+``run_stub`` starts ``<server python> stub_vllm_serve.py serve MODEL --omni --host H
+--port P [flags]`` in its own process group (new session), with stdout and stderr going to
+one log file (``2>&1``: upstream's logger writes to stdout, tqdm and tracebacks to stderr),
+and kills the whole group when the ``with`` block ends.  Startup takes as long as
+importing vllm + vllm-omni (tens of seconds on a small CI machine): reuse one stub per
+test module where possible.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Iterable, Iterator, Mapping
+
+ENV_VAR = "VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON"
+HERE = Path(__file__).resolve().parent
+STUB_SCRIPT = str(HERE / "stub_vllm_serve.py")
+RESOLVE_SCRIPT = str(HERE / "upstream_resolve.py")
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def server_python() -> str:
+    """Path of the server python (``$VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON``); raises if unusable."""
+    path = os.environ.get(ENV_VAR, "").strip()
+    if not path:
+        raise RuntimeError(
+            f"{ENV_VAR} is not set. Point it at the python of the server venv that has "
+            "vllm==0.30.0 and vllm-omni==0.30.0 (CI: <repo>/.venv-server/bin/python)."
+        )
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        raise RuntimeError(f"{ENV_VAR}={path!r} is not an executable file.")
+    return path
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free right now (bind to 0 and release)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def strip_ansi(text: str) -> str:
+    return _ANSI.sub("", text)
+
+
+class StubServer:
+    """Handle on one running stub process (see :func:`run_stub`)."""
+
+    def __init__(self, proc: subprocess.Popen, host: str, port: int, log_path: str, argv: list[str]) -> None:
+        self.proc = proc
+        self.host = host
+        self.port = port
+        self.url = f"http://{host}:{port}"
+        self.log_path = log_path
+        self.argv = argv
+
+    # -- output ------------------------------------------------------------------------
+    def stderr_text(self, raw: bool = False) -> str:
+        """Everything the process wrote so far (stdout and stderr interleaved).
+
+        ANSI colour codes (upstream forces coloured prefixes) are removed unless ``raw``.
+        """
+        try:
+            data = Path(self.log_path).read_bytes().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return ""
+        return data if raw else strip_ansi(data)
+
+    def stub_pid(self) -> int | None:
+        """The pid the stub printed as ``STUB_PID=<pid>`` (the server process)."""
+        m = re.search(r"STUB_PID=(\d+)", self.stderr_text())
+        return int(m.group(1)) if m else None
+
+    # -- state -------------------------------------------------------------------------
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def health(self, timeout: float = 2.0) -> int | None:
+        """HTTP status of ``GET /health``, or None when nothing answers in time."""
+        try:
+            with urllib.request.urlopen(self.url + "/health", timeout=timeout) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+        except (OSError, urllib.error.URLError):
+            return None
+
+    def wait_healthy(self, timeout: float = 300.0) -> None:
+        """Block until ``/health`` answers 200; raise if the process exits or time runs out."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise RuntimeError(
+                    f"stub exited with code {self.proc.returncode} before becoming healthy; "
+                    f"log tail:\n{self.stderr_text()[-6000:]}")
+            if self.health(timeout=2.0) == 200:
+                return
+            time.sleep(0.25)
+        raise TimeoutError(f"stub not healthy after {timeout}s; log tail:\n{self.stderr_text()[-6000:]}")
+
+    def wait_exit(self, timeout: float = 300.0) -> int:
+        """Wait for the process to exit by itself; returns its exit code."""
+        return self.proc.wait(timeout=timeout)
+
+    def wait_for_text(self, needle: str, timeout: float = 300.0) -> str:
+        """Wait until ``needle`` appears in the (ANSI-stripped) output; returns the output."""
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.stderr_text()
+            if needle in text:
+                return text
+            if not self.alive() or time.monotonic() > deadline:
+                raise AssertionError(f"{needle!r} not in stub output (alive={self.alive()}); "
+                                     f"tail:\n{text[-6000:]}")
+            time.sleep(0.1)
+
+    # -- teardown ----------------------------------------------------------------------
+    def kill_group(self, grace: float = 5.0) -> None:
+        """SIGTERM the process group, wait ``grace`` seconds, then SIGKILL the group."""
+        pgid = self.proc.pid  # leader of its own session/group (start_new_session=True)
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=grace)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+
+
+def stub_command(model: str, flags: Iterable[str] = (), host: str = "127.0.0.1", port: int | None = None) -> list[str]:
+    """The argv ``run_stub`` executes (``--omni``/``--host``/``--port`` added unless in ``flags``)."""
+    flags = [str(f) for f in flags]
+    present = {f.split("=", 1)[0] for f in flags}
+    argv = [server_python(), STUB_SCRIPT, "serve", model]
+    if "--omni" not in present:
+        argv.append("--omni")
+    if "--host" not in present:
+        argv += ["--host", host]
+    if "--port" not in present:
+        argv += ["--port", str(port if port is not None else free_port(host))]
+    return argv + flags
+
+
+@contextlib.contextmanager
+def run_stub(
+    model: str,
+    flags: Iterable[str] = (),
+    env: Mapping[str, str | None] | None = None,
+    port: int | None = None,
+    host: str = "127.0.0.1",
+    kill_grace: float = 5.0,
+) -> Iterator[StubServer]:
+    """Start the stub in its own process group; kill the group when the block exits.
+
+    ``env`` adds to / overrides ``os.environ`` (a value of ``None`` removes the variable),
+    e.g. ``{"CUDA_VISIBLE_DEVICES": "0,1", "VLLM_OMNI_STUB_STEP_S": "0.05"}``.
+    """
+    port = port if port is not None else free_port(host)
+    argv = stub_command(model, flags, host=host, port=port)
+    for i, a in enumerate(argv):
+        if a == "--port" and i + 1 < len(argv):
+            port = int(argv[i + 1])
+        elif a.startswith("--port="):
+            port = int(a.split("=", 1)[1])
+    child_env = dict(os.environ)
+    child_env.setdefault("PYTHONUNBUFFERED", "1")
+    for key, value in (env or {}).items():
+        if value is None:
+            child_env.pop(key, None)
+        else:
+            child_env[key] = str(value)
+    fd, log_path = tempfile.mkstemp(prefix="vllm-omni-stub-", suffix=".log")
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fd, stderr=subprocess.STDOUT,
+                                env=child_env, start_new_session=True)
+    except BaseException:
+        os.close(fd)
+        os.unlink(log_path)
+        raise
+    os.close(fd)
+    server = StubServer(proc, host, port, log_path, argv)
+    try:
+        yield server
+    finally:
+        server.kill_group(grace=kill_grace)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(log_path)
+
+
+def resolve(cases: list[dict], timeout: float = 900.0) -> list[dict]:
+    """Run ``upstream_resolve.py`` on ``cases`` (see its docstring) and return its results."""
+    proc = subprocess.run([server_python(), RESOLVE_SCRIPT], input=json.dumps(cases), capture_output=True,
+                          text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"upstream_resolve.py failed ({proc.returncode}):\n{proc.stderr[-6000:]}")
+    return json.loads(proc.stdout)

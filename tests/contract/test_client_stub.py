@@ -1,0 +1,281 @@
+"""VideoClient against the stub server: the real vLLM-Omni 0.30 HTTP layer, fake engine.
+
+The stub's frames are frame_code.encode(i, seed, w, h), so a decoded clip proves the frame
+count, size, order and seed end to end. Knobs (env): VLLM_OMNI_STUB_STEP_S (seconds per
+denoise step), VLLM_OMNI_STUB_OOM_IN_JOB=N, VLLM_OMNI_STUB_CRASH_AFTER_JOBS=N,
+VLLM_OMNI_STUB_HANG_IN_JOB=1; VLLM_API_KEY turns on auth.
+
+Servers are shared per module where the cases do not interfere (each start costs seconds).
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+
+import frame_code
+import stubserver
+
+from vllm_omni_launcher.client.api import GenerationCancelled, JobUpdate, VideoClient, VideoRequest
+from vllm_omni_launcher.client.frames import image_to_png
+from vllm_omni_launcher.errors import LauncherError
+
+T2V = "Wan-AI/Wan2.2-T2V-A14B-Diffusers"
+I2V = "Wan-AI/Wan2.2-I2V-A14B-Diffusers"
+TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
+KEY = "stub-key-5f1e9c"
+HEALTH_TIMEOUT = 240.0
+W, H = 256, 128          # multiples of 32: valid for every family, frame_code blocks survive yuv420p
+
+
+STUBS = {  # name: (model, env). All start together once per module (startup is the slow part).
+    "ti2v": (TI2V, {"VLLM_OMNI_STUB_STEP_S": "0.01"}),
+    "i2v": (I2V, {"VLLM_OMNI_STUB_STEP_S": "0.01"}),
+    # keyed, slow steps, one job at a time: a second job stays queued
+    "t2v_keyed": (T2V, {"VLLM_API_KEY": KEY, "VLLM_OMNI_STUB_STEP_S": "0.05"}),
+    "oom": (TI2V, {"VLLM_OMNI_STUB_OOM_IN_JOB": "1", "VLLM_OMNI_STUB_STEP_S": "0.01"}),
+    "crash": (T2V, {"VLLM_OMNI_STUB_CRASH_AFTER_JOBS": "1", "VLLM_OMNI_STUB_STEP_S": "0.05"}),
+    "hang": (TI2V, {"VLLM_OMNI_STUB_HANG_IN_JOB": "1"}),
+}
+
+
+@pytest.fixture(scope="module")
+def stubs() -> Iterator[dict[str, Any]]:
+    with contextlib.ExitStack() as stack:
+        handles = {name: stack.enter_context(stubserver.run_stub(model, env=env))
+                   for name, (model, env) in STUBS.items()}
+        for handle in handles.values():
+            handle.wait_healthy(HEALTH_TIMEOUT)
+        yield handles
+
+
+@pytest.fixture
+def ti2v(stubs: dict[str, Any]) -> Any:
+    return stubs["ti2v"]
+
+
+@pytest.fixture
+def i2v(stubs: dict[str, Any]) -> Any:
+    return stubs["i2v"]
+
+
+@pytest.fixture
+def t2v_keyed(stubs: dict[str, Any]) -> Any:
+    return stubs["t2v_keyed"]
+
+
+def request(seed: int, frames: int = 9, **kw: Any) -> VideoRequest:
+    kw.setdefault("steps", 4)
+    return VideoRequest("a red fox in snow", width=W, height=H, num_frames=frames, fps=16, seed=seed, **kw)
+
+
+def assert_stub_frames(video: Any, frames: int, seed: int, width: int = W, height: int = H) -> None:
+    assert video.frames.dtype == np.float32
+    assert video.frames.shape == (frames, height, width, 3)
+    assert [frame_code.decode(f) for f in video.frames] == [(i % 256, seed % 256) for i in range(frames)]
+
+
+def job_gone(client: VideoClient, job_id: str) -> bool:
+    with pytest.raises(LauncherError) as info:
+        client.status(job_id)
+    return "no longer knows" in info.value.what and "404" in info.value.raw
+
+
+# ----------------------------------------------------------------------------- generation
+
+
+def test_t2v_frames_match_what_the_stub_encoded(t2v_keyed):
+    client = VideoClient(t2v_keyed.url, api_key=KEY)
+    updates: list[JobUpdate] = []
+    result = client.generate(request(seed=1234, frames=13), on_update=updates.append)
+    assert_stub_frames(result.video, 13, 1234)
+    assert result.video.fps == pytest.approx(16.0)
+    assert updates and updates[-1].status == "completed"
+    assert job_gone(client, result.job_id)  # generate deleted it
+
+
+def test_ti2v_text_only_frames_and_fps(ti2v):
+    client = VideoClient(ti2v.url)
+    result = client.generate(VideoRequest("a boat", width=W, height=H, num_frames=17, fps=24, seed=77, steps=3))
+    assert_stub_frames(result.video, 17, 77)
+    assert result.video.fps == pytest.approx(24.0)
+    t = result.timings
+    assert 0 <= t["submit"] <= t["job_done"] <= t["downloaded"] <= t["decoded"]
+
+
+def test_ti2v_with_image(ti2v):
+    client = VideoClient(ti2v.url)
+    png = image_to_png(np.full((H, W, 3), 0.5, np.float32))
+    result = client.generate(request(seed=5, image_png=png))
+    assert_stub_frames(result.video, 9, 5)
+
+
+def test_fractional_fps_reaches_the_mp4(ti2v):
+    client = VideoClient(ti2v.url)
+    result = client.generate(VideoRequest("x", width=W, height=H, num_frames=5, fps=12.5, seed=9, steps=2))
+    assert_stub_frames(result.video, 5, 9)
+    assert result.video.fps == pytest.approx(12.5, rel=1e-3)
+
+
+def test_i2v_with_image(i2v):
+    client = VideoClient(i2v.url)
+    png = image_to_png(np.zeros((H, W, 3), np.uint8))
+    result = client.generate(request(seed=300, image_png=png))
+    assert_stub_frames(result.video, 9, 300)
+
+
+def test_i2v_without_image_fails_the_job_with_the_image_setting(i2v):
+    client = VideoClient(i2v.url)
+    with pytest.raises(LauncherError) as info:
+        client.generate(request(seed=1))
+    assert info.value.setting == "image" and "No image is provided" in info.value.raw
+
+
+# ----------------------------------------------------------------------------- 4xx
+
+
+def test_steps_over_200_is_refused_naming_steps(ti2v):
+    with pytest.raises(LauncherError) as info:
+        VideoClient(ti2v.url).submit(request(seed=1, steps=500))
+    err = info.value
+    assert err.setting == "steps" and "1..200" in err.fix and "HTTP 400" in err.raw
+
+
+def test_guidance_over_20_is_refused_naming_guidance(ti2v):
+    with pytest.raises(LauncherError) as info:
+        VideoClient(ti2v.url).submit(request(seed=1, guidance=25.0))
+    assert info.value.setting == "guidance" and "HTTP 400" in info.value.raw
+
+
+def test_bad_seconds_is_refused_naming_the_field(ti2v):
+    with pytest.raises(LauncherError) as info:
+        VideoClient(ti2v.url).submit(request(seed=1, extra={"seconds": "4.5"}))
+    err = info.value
+    assert "seconds" in err.why and err.setting == "seconds" and "body.seconds" in err.raw
+    assert "whole number" in err.fix
+
+
+def test_unknown_job_is_404(ti2v):
+    client = VideoClient(ti2v.url)
+    assert job_gone(client, "video_gen_does_not_exist")
+
+
+def test_no_key_against_a_keyed_server_is_explained(t2v_keyed):
+    client = VideoClient(t2v_keyed.url)
+    assert client.health() is True  # /health is open
+    with pytest.raises(LauncherError) as info:
+        client.submit(request(seed=1))
+    err = info.value
+    assert "requires an API key" in err.what and "VLLM_OMNI_LAUNCHER_REMOTE_API_KEY" in err.fix
+    assert "Unauthorized" in err.raw
+
+
+def test_wrong_key_is_explained_and_never_shown(t2v_keyed):
+    wrong = "wrong-key-0000"
+    client = VideoClient(t2v_keyed.url, api_key=wrong)
+    with pytest.raises(LauncherError) as info:
+        client.models()
+    err = info.value
+    assert "rejected the API key" in err.what and wrong not in str(err) and wrong not in repr(client)
+
+
+def test_models_lists_the_served_name(t2v_keyed, ti2v):
+    assert VideoClient(t2v_keyed.url, api_key=KEY).models() == [T2V]
+    assert VideoClient(ti2v.url).models() == [TI2V]
+
+
+# ----------------------------------------------------------------------------- cancel
+
+
+def _wait_status(client: VideoClient, job_id: str, status: str, timeout: float = 60.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if client.status(job_id).status == status:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"job {job_id} never reached {status}")
+
+
+def test_cancel_while_running_deletes_the_job(t2v_keyed):
+    client = VideoClient(t2v_keyed.url, api_key=KEY)
+    seen: list[str] = []
+
+    def on_update(update: JobUpdate) -> None:
+        seen.append(update.status)
+
+    with pytest.raises(GenerationCancelled) as info:
+        client.generate(request(seed=2, steps=200), on_update=on_update,
+                        should_cancel=lambda: "in_progress" in seen)
+    err = info.value
+    assert err.status == "in_progress" and err.deleted and "cannot abort" in err.why
+    assert job_gone(client, err.job_id)
+
+
+def test_cancel_while_queued_deletes_the_job(t2v_keyed):
+    client = VideoClient(t2v_keyed.url, api_key=KEY)
+    blocker = client.submit(request(seed=3, steps=200))
+    try:
+        _wait_status(client, blocker, "in_progress")
+        seen: list[str] = []
+        with pytest.raises(GenerationCancelled) as info:
+            client.generate(request(seed=4), on_update=lambda u: seen.append(u.status),
+                            should_cancel=lambda: len(seen) >= 2)
+        err = info.value
+        assert seen == ["queued", "queued"] and err.status == "queued" and "never reached the GPU" in err.why
+        assert job_gone(client, err.job_id)
+    finally:
+        assert client.delete(blocker)
+    assert job_gone(client, blocker)
+
+
+# ----------------------------------------------------------------------------- failures
+
+
+def test_oom_in_job_explains_the_fix(stubs):
+    client = VideoClient(stubs["oom"].url)
+    with pytest.raises(LauncherError) as info:
+        client.generate(request(seed=1))
+    err = info.value
+    assert "ran out of memory" in err.what
+    for word in ("width/height", "frames", "VAE tiling", "CPU offload", "parallel", "auto"):
+        assert word in err.fix
+    assert "out of memory" in err.raw.lower() and '"status": "failed"' in err.raw
+    # the server is still usable afterwards
+    assert_stub_frames(client.generate(request(seed=2)).video, 9, 2)
+
+
+def test_server_dying_mid_job_gives_a_clear_error_without_hanging(stubs):
+    """CRASH_AFTER_JOBS=1: job A completes, then the engine dies while job B is running."""
+    handle = stubs["crash"]
+    client = VideoClient(handle.url)
+    first = client.submit(request(seed=1, steps=2))
+    seen: list[str] = []
+    with pytest.raises(LauncherError) as info:
+        client.generate(request(seed=2, steps=200), on_update=lambda u: seen.append(u.status))
+    err = info.value
+    assert "stopped answering while job" in err.what and err.setting == "server"
+    assert "server log" in err.fix and "refused" in err.why
+    assert "in_progress" in seen or "queued" in seen
+    assert first not in err.what
+
+
+def test_hung_job_ends_by_timeout_and_is_deleted(stubs):
+    client = VideoClient(stubs["hang"].url)
+    ids: list[str] = []
+    with pytest.raises(LauncherError) as info:
+        client.generate(request(seed=1), timeout_s=2.0, on_update=lambda u: ids.append(u.job_id))
+    assert info.value.setting == "timeout" and "did not finish within 2 s" in info.value.what
+    assert job_gone(client, ids[0])
+
+
+def test_cancel_of_a_hung_job_returns_promptly_and_deletes_it(stubs):
+    client = VideoClient(stubs["hang"].url)
+    seen: list[str] = []
+    with pytest.raises(GenerationCancelled) as info:
+        client.generate(request(seed=2), on_update=lambda u: seen.append(u.status),
+                        should_cancel=lambda: len(seen) >= 4)
+    assert info.value.deleted
+    assert job_gone(client, info.value.job_id)

@@ -1,0 +1,448 @@
+"""The supervisor against the stub server: real `vllm serve --omni` code, fake GPU.
+
+Each case checks what the user sees (status text, error text and its `kind`) and that no
+process is left (every `STUB_PID=` the stub printed, and every process group, is gone).
+Waits are bounded polls, never timing assertions; speed is measured in bench/.
+
+A stub start costs tens of seconds (it imports the real vLLM and vLLM-Omni), so related
+cases share one server's life where they do not interfere: e.g. slow load, a job with
+progress, a hard cancel, a crash after ready and the job after it run as one chain.
+Knobs: VLLM_OMNI_STUB_* (see stub_vllm_serve.py), passed through LocalConfig.extra_env.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+
+import psutil
+import pytest
+import requests
+
+import stubserver
+
+from vllm_omni_launcher.server import failures, process_group, registry, state_file, supervisor
+from vllm_omni_launcher.server.failures import ServerFailure
+from vllm_omni_launcher.server.local_config import LocalConfig
+from vllm_omni_launcher.server.spec import LaunchSpec, MemoryConfig, RuntimeConfig
+from vllm_omni_launcher.server.supervisor import Status, Supervisor
+
+TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
+START_S = 420.0          # bound for one stub start (it imports vLLM on a small CI box)
+REPO = Path(__file__).resolve().parents[2]
+
+
+# ---- helpers -------------------------------------------------------------------------------
+def make_config(data_dir: Path, *, hang_timeout_s: float = 120.0, port: Optional[int] = None,
+                **knobs: Any) -> LocalConfig:
+    return LocalConfig(server_command=(stubserver.server_python(), str(stubserver.STUB_SCRIPT)),
+                       data_dir=str(data_dir), port=port, hang_timeout_s=hang_timeout_s, startup_timeout_s=START_S,
+                       extra_env={f"VLLM_OMNI_STUB_{k.upper()}": str(v) for k, v in knobs.items()})
+
+
+def spec_for(gpus: Optional[tuple[int, ...]] = (0,), **changes: Any) -> LaunchSpec:
+    return LaunchSpec(model=TI2V, gpus=gpus, **changes)
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for: {what}")
+        time.sleep(interval)
+
+
+def stub_pids(data_dir: Path) -> list[int]:
+    """Every STUB_PID a stub printed into any server log under data_dir."""
+    pids = []
+    for log in sorted((data_dir / "logs").glob("*.log*")):
+        pids += [int(p) for p in re.findall(r"STUB_PID=(\d+)", log.read_text(errors="replace"))]
+    return pids
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def assert_no_process_left(data_dir: Path, pgids: tuple[int, ...] = ()) -> None:
+    pids = stub_pids(data_dir)
+    wait_for(lambda: not any(alive(p) for p in pids), 30, f"stub processes {pids} to exit")
+    for pgid in pgids:
+        wait_for(lambda: not process_group.group_members(pgid), 30, f"process group {pgid} to empty")
+
+
+def session() -> requests.Session:
+    s = requests.Session()
+    s.trust_env = False           # no proxy between us and 127.0.0.1
+    return s
+
+
+def auth(sup: Supervisor) -> dict[str, str]:
+    return {"Authorization": f"Bearer {sup.api_key}"} if sup.api_key else {}
+
+
+def submit(sup: Supervisor, steps: int = 4, seed: int = 1) -> str:
+    fields = {"prompt": "a red fox in snow", "width": "256", "height": "128", "num_frames": "9", "fps": "16",
+              "num_inference_steps": str(steps), "seed": str(seed)}
+    r = session().post(f"{sup.url}/v1/videos", files={k: (None, v) for k, v in fields.items()},
+                       headers=auth(sup), timeout=60)
+    assert r.status_code == 200, r.text
+    sup.mark_job_activity()
+    return r.json()["id"]
+
+
+def job_state(sup: Supervisor, job_id: str) -> dict[str, Any]:
+    r = session().get(f"{sup.url}/v1/videos/{job_id}", headers=auth(sup), timeout=30)
+    return r.json()
+
+
+def wait_job(sup: Supervisor, job_id: str, timeout: float = 120) -> dict[str, Any]:
+    return wait_for(lambda: (lambda b: b if b.get("status") in ("completed", "failed") else None)(
+        job_state(sup, job_id)), timeout, f"job {job_id} to finish", interval=0.2)
+
+
+def phases_of(statuses: list[Status]) -> list[str]:
+    out: list[str] = []
+    for s in statuses:
+        if not out or out[-1] != s.phase:
+            out.append(s.phase)
+    return out
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "data"
+    yield path
+    registry.stop_all(timeout=15)          # whatever a failing test left, never leak a server
+    assert_no_process_left(path)
+
+
+# ---- one server's life: slow load, progress, hard cancel, crash after ready ------------------
+def test_slow_load_progress_hard_cancel_and_crash_restart(data_dir: Path) -> None:
+    statuses: list[Status] = []
+    config = make_config(data_dir, load_delay_s=2, step_s=0.05, crash_after_jobs=2)
+    spec = spec_for()
+    sup = supervisor.get_or_start(spec, config, on_status=statuses.append)
+
+    # -- startup phases, in order, as the user sees them
+    phases = phases_of(statuses)
+    order = ["starting", "downloading", "loading", "warmup", "ready"]
+    assert phases[0] == "starting" and phases[-1] == "ready" and {"loading", "warmup"} <= set(phases)
+    assert phases == sorted(phases, key=order.index), phases
+    assert any("Model loaded" in s.text for s in statuses)
+    status = sup.status()
+    assert status.ready and status.generation == 1 and status.url == sup.url and status.last_error is None
+    assert status.text.startswith("Ready") and sup.url in status.text
+
+    # -- the key lives only in the child's environment
+    key = sup.api_key
+    assert key and len(key) >= 32
+    server = psutil.Process(status.pid)
+    assert key not in " ".join(server.cmdline())
+    env = server.environ()
+    assert env["VLLM_API_KEY"] == key
+    assert env["VLLM_OMNI_SERVER_STORAGE__PATH"].startswith(str(data_dir))
+    assert key not in repr(sup) and key not in repr(status) and key not in " ".join(s.text for s in statuses)
+    assert key not in Path(status.log_path).read_text(errors="replace")
+    http = session()
+    assert http.get(f"{sup.url}/v1/models", timeout=10).status_code == 401
+    models = http.get(f"{sup.url}/v1/models", headers=auth(sup), timeout=10).json()
+    assert [m["id"] for m in models["data"]] == [spec.served_name]
+    # the server tree is its own process group, not ComfyUI's
+    assert os.getpgid(status.pid) == sup.pgid != os.getpgid(0)
+    assert stat.S_IMODE(next((data_dir / "state").glob("server-*.json")).stat().st_mode) == 0o600
+
+    # -- a job shows real denoise progress (the warm-up run does not count)
+    seen: list[tuple[int, int, int]] = []
+    job = submit(sup, steps=8)
+    while job_state(sup, job)["status"] not in ("completed", "failed"):
+        p = sup.progress()
+        if p is not None:
+            seen.append((p.run_id, p.step, p.total))
+        time.sleep(0.05)
+    assert job_state(sup, job)["status"] == "completed"
+    final = sup.progress()
+    assert final is not None and final.run_id == 1 and final.done and final.total == 8 and final.eta_s == 0
+    assert {r for r, _, _ in seen} <= {1} and all(t == 8 for _, _, t in seen)
+
+    # -- hard cancel: DELETE cannot stop a running Wan denoise, so the server is restarted
+    port, first_pid = status.port, status.pid
+    long_job = submit(sup, steps=200)
+    wait_for(lambda: (p := sup.progress()) is not None and p.run_id == 2 and p.step >= 2, 120, "the long job to run")
+    deleted = http.delete(f"{sup.url}/v1/videos/{long_job}", headers=auth(sup), timeout=30)
+    assert deleted.status_code == 200, deleted.text
+    assert sup.hard_cancel(long_job, grace_s=1.0) is True
+    reason = sup.status().restart_reason
+    assert long_job in reason and "still running on the GPU" in reason and "restarting the server" in reason
+    assert sup.wait_ready(START_S)
+    status = sup.status()
+    assert status.generation == 2 and status.port == port and status.ready
+    assert not alive(first_pid)
+    assert sup.progress().aborted and sup.progress().run_id == 2
+
+    # -- crash after ready (the stub's engine dies after its 2nd job): restart, then jobs work
+    for seed in (1, 2):
+        assert wait_job(sup, submit(sup, seed=seed))["status"] == "completed"
+    wait_for(lambda: sup.status().generation == 3 and sup.ready(), START_S + 60, "the restart after the crash")
+    status = sup.status()
+    assert status.last_error_kind == failures.CRASH and "exited after it was ready" in status.last_error
+    assert status.restarts == 2 and status.text.startswith("Restarted after")
+    assert "exited after it was ready" in status.restart_reason
+    assert wait_job(sup, submit(sup, seed=3))["status"] == "completed"
+
+    pgid = sup.pgid
+    registry.stop(spec.fingerprint())
+    assert sup.status().phase == "stopped" and supervisor.find(spec.fingerprint()) is None
+    assert_no_process_left(data_dir, (pgid,))
+    assert list((data_dir / "state").glob("*.json")) == []
+
+
+# ---- OOM during a job (server survives), then a hung server (restarted) ----------------------
+def test_oom_in_job_keeps_the_server_and_a_hang_restarts_it(data_dir: Path) -> None:
+    config = make_config(data_dir, hang_timeout_s=3.0, oom_in_job=1, hang_after_jobs=1, step_s=0.02)
+    sup = supervisor.get_or_start(spec_for(), config)
+    first = sup.status()
+
+    failed = wait_job(sup, submit(sup, steps=6))
+    assert failed["status"] == "failed"
+    message = json.dumps(failed.get("error"))
+    explained = failures.explain_job_error(message)
+    assert explained is not None and explained.kind == failures.OOM_JOB and "VAE tiling" in str(explained)
+    wait_for(lambda: sup.status().last_error_kind == failures.OOM_JOB, 30, "the OOM to show on the status")
+    status = sup.status()
+    assert "during a job" in status.last_error and "ran out of GPU memory" in status.text
+    assert status.ready and status.generation == 1 and status.pid == first.pid and alive(first.pid)
+    assert sup.progress().aborted
+
+    # the next job works on the same server; then the stub's HTTP loop wedges (SIGTERM ignored)
+    assert wait_job(sup, submit(sup, steps=4, seed=2))["status"] == "completed"
+    wait_for(lambda: sup.status().last_error_kind == failures.HUNG, 60, "the hang to be noticed")
+    wait_for(lambda: sup.status().generation == 2 and sup.ready(), START_S, "the restart after the hang")
+    status = sup.status()
+    assert "stopped answering /health" in status.last_error and status.restarts == 1
+    assert not alive(first.pid)
+    assert wait_job(sup, submit(sup, steps=2, seed=3))["status"] == "completed"
+    pgid = sup.pgid
+    registry.stop_all()
+    assert_no_process_left(data_dir, (pgid,))
+
+
+# ---- OOM while loading: explained, never retried in a loop ----------------------------------
+def test_oom_at_load_fails_once_with_the_explanation(data_dir: Path) -> None:
+    statuses: list[Status] = []
+    with pytest.raises(ServerFailure) as caught:
+        supervisor.get_or_start(spec_for(), make_config(data_dir, oom_at_load=1), on_status=statuses.append)
+    err = caught.value
+    assert err.kind == failures.OOM_LOAD and err.setting == "offload"
+    assert "ran out of memory while loading" in str(err) and "offload" in err.fix
+    assert "CUDA out of memory" in err.raw
+    assert statuses[-1].phase == "failed"
+    assert len(stub_pids(data_dir)) == 1, "a configuration error must not be retried"
+    assert supervisor.all_servers() == []
+    assert_no_process_left(data_dir)
+
+
+# ---- OOM fallback: the planner's leaner spec is tried once and noted ------------------------
+def test_oom_fallback_relaunches_with_the_leaner_spec(data_dir: Path) -> None:
+    calls: list[tuple[str, str]] = []
+    note = "offload: module (text encoder and DiT take turns on the GPU)"
+
+    def fallback(spec: LaunchSpec, kind: str) -> Optional[tuple[LaunchSpec, str]]:
+        calls.append((spec.fingerprint(), kind))
+        if spec.memory.offload == "none":
+            return spec.with_changes(memory=MemoryConfig(offload="module")), note
+        return None
+
+    spec = spec_for()
+    config = make_config(data_dir, oom_unless="--enable-cpu-offload")
+    sup = supervisor.get_or_start(spec, config, fallback=fallback)
+    status = sup.status()
+    assert calls == [(spec.fingerprint(), failures.OOM_LOAD)]
+    assert status.ready and status.fallback_note == note and sup.spec.memory.offload == "module"
+    assert "--enable-cpu-offload" in psutil.Process(status.pid).cmdline()
+    assert status.requested_fingerprint == spec.fingerprint() != status.fingerprint
+    assert supervisor.find(spec.fingerprint()) is sup and supervisor.find(status.fingerprint) is sup
+    assert supervisor.get_or_start(spec, config, fallback=fallback) is sup, "the same request reuses it"
+    pids = stub_pids(data_dir)
+    assert len(pids) == 2 and not alive(pids[0]) and alive(pids[1])
+
+
+# ---- a configured port that is taken: clear error, nothing launched -------------------------
+def test_configured_port_in_use(data_dir: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ServerFailure) as caught:
+            supervisor.get_or_start(spec_for(), make_config(data_dir, port=port))
+    err = caught.value
+    assert err.kind == failures.PORT_IN_USE and err.setting == "port" and str(port) in err.what
+    assert "VLLM_OMNI_LAUNCHER_PORT" in err.fix
+    assert stub_pids(data_dir) == [] and supervisor.all_servers() == []
+
+
+# ---- keep-alive expiry, restart on next use, and spec changes on overlapping GPUs -----------
+def test_keep_alive_then_spec_changes_stop_overlapping_servers(data_dir: Path) -> None:
+    events: list[tuple[str, Status]] = []
+    lock = threading.Lock()
+
+    def recorder(name: str) -> Callable[[Status], None]:
+        def on_status(status: Status) -> None:
+            with lock:
+                events.append((name, status))
+        return on_status
+
+    config = make_config(data_dir)
+    a = spec_for((0,))
+    sup_a = supervisor.get_or_start(a, config, on_status=recorder("a"), keep_alive_minutes=0.02)
+    a_pid = sup_a.status().pid
+    wait_for(lambda: sup_a.status().phase == "stopped", 120, "the keep-alive to stop the idle server")
+    assert "idle" in sup_a.status().text and "next job starts it again" in sup_a.status().text
+    assert not sup_a.alive() and not alive(a_pid)
+    assert supervisor.find(a.fingerprint()) is sup_a
+
+    # next use restarts it (same supervisor, next generation); keep-alive off from now on
+    assert supervisor.get_or_start(a, config, keep_alive_minutes=0) is sup_a
+    assert sup_a.ready() and sup_a.generation == 2
+
+    # a different spec on another GPU leaves it alone
+    b = spec_for((1,), runtime=RuntimeConfig(enforce_eager=True))
+    sup_b = supervisor.get_or_start(b, config, on_status=recorder("b"))
+    assert sup_a.ready() and sup_b.ready() and len(supervisor.all_servers()) == 2
+
+    # a spec on every GPU overlaps both: they stop before it starts
+    c = spec_for(None, runtime=RuntimeConfig(enforce_eager=True))
+    old_pids = (sup_a.status().pid, sup_b.status().pid)
+    sup_c = supervisor.get_or_start(c, config, on_status=recorder("c"))
+    assert sup_c.ready() and supervisor.all_servers() == [sup_c]
+    assert sup_a.status().phase == "stopped" and sup_b.status().phase == "stopped"
+    assert not any(alive(p) for p in old_pids)
+    with lock:
+        order = [(name, s.phase) for name, s in events]
+    first_c = order.index(("c", "starting"))
+    assert order.index(("a", "stopped"), order.index(("a", "ready"))) < first_c
+    assert order.index(("b", "stopped")) < first_c
+
+
+# ---- the owner is SIGKILLed: the server does not outlive it ---------------------------------
+OWNER = textwrap.dedent("""
+    import json, sys, threading
+    sys.path.insert(0, sys.argv[2])
+    import stubserver
+    from vllm_omni_launcher.server.local_config import LocalConfig
+    from vllm_omni_launcher.server.spec import LaunchSpec
+    from vllm_omni_launcher.server.supervisor import Supervisor
+    config = LocalConfig(server_command=(stubserver.server_python(), str(stubserver.STUB_SCRIPT)),
+                         data_dir=sys.argv[1], startup_timeout_s=600)
+    sups = [Supervisor(LaunchSpec(model="Wan-AI/Wan2.2-TI2V-5B-Diffusers", gpus=(g,)), config)
+            for g in range(int(sys.argv[3]))]
+    threads = [threading.Thread(target=s.start) for s in sups]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    print(json.dumps([{"pgid": s.pgid, "pid": s.status().pid, "url": s.url, "fp": s.spec.fingerprint()}
+                      for s in sups]), flush=True)
+    threading.Event().wait()
+""")
+
+
+def start_owner(data_dir: Path, servers: int) -> tuple[subprocess.Popen, list[dict[str, Any]]]:
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, str(data_dir), str(Path(stubserver.__file__).parent),
+                              str(servers)], stdout=subprocess.PIPE, text=True)
+    line = owner.stdout.readline()
+    assert line, "the owner process did not start its servers"
+    return owner, json.loads(line)
+
+
+def test_server_dies_with_its_sigkilled_owner(data_dir: Path) -> None:
+    owner, [info] = start_owner(data_dir, 1)
+    assert alive(info["pid"]) and process_group.group_members(info["pgid"])
+    owner.kill()                  # SIGKILL: no atexit, no signal handler runs
+    owner.wait()
+    assert_no_process_left(data_dir, (info["pgid"],))
+    assert "owner process" in next((data_dir / "logs").glob("*.log")).read_text(errors="replace")
+
+
+# ---- a server left behind: adopt it if it is ours, healthy and wanted; else stop it ---------
+def test_left_behind_servers_are_adopted_or_stopped(data_dir: Path) -> None:
+    owner, (x, y) = start_owner(data_dir, 2)
+    for leader in (x["pgid"], y["pgid"]):       # their watchdogs die first, then the owner
+        os.kill(leader, signal.SIGKILL)
+    owner.kill()
+    owner.wait()
+    time.sleep(1.0)                             # give a (wrongly) surviving watchdog time to act
+    assert alive(x["pid"]) and alive(y["pid"]), "without their watchdogs the servers survive the owner"
+
+    # a state file naming a live process that is not our server must never lead to a signal
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
+    forged = state_file.ServerState(pgid=victim.pid, leader_create_time=None, server_pid=victim.pid,
+                                     server_create_time=process_group.create_time(victim.pid),
+                                     argv=["vllm", "serve", TI2V], host="127.0.0.1", port=1, fingerprint=x["fp"],
+                                     requested_fingerprint=x["fp"], spec=spec_for().to_dict(), owner_pid=1)
+    state_file.write(str(data_dir), forged)
+    try:
+        sup = supervisor.get_or_start(spec_for((0,)), make_config(data_dir))
+        status = sup.status()
+        assert status.pid == x["pid"] and sup.url == x["url"] and "reused the server left running" in status.text
+        models = session().get(f"{sup.url}/v1/models", headers=auth(sup), timeout=10)
+        assert models.status_code == 200, "the adopted server's key came from its 0600 state file"
+        wait_for(lambda: not alive(y["pid"]), 30, "the unwanted left-behind server to be stopped")
+        assert victim.poll() is None, "a pid that is not verifiably ours was signalled"
+        names = sorted(p.name for p in (data_dir / "state").glob("*.json"))
+        assert names == [f"server-{x['pgid']}.json"]
+        # the adopted server is bound to us now: stopping it stops its whole group
+        registry.stop_all()
+        assert_no_process_left(data_dir, (x["pgid"], y["pgid"]))
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+# ---- `python -m vllm_omni_launcher serve` until Ctrl-C --------------------------------------
+def test_serve_cli_runs_until_sigint_and_leaves_nothing(data_dir: Path, tmp_path: Path) -> None:
+    key_file = tmp_path / "key" / "api.key"
+    env = dict(os.environ,
+               VLLM_OMNI_LAUNCHER_SERVER_CMD=f"{stubserver.server_python()} {stubserver.STUB_SCRIPT}",
+               VLLM_OMNI_LAUNCHER_DATA_DIR=str(data_dir), VLLM_OMNI_LAUNCHER_STARTUP_TIMEOUT_S=str(START_S),
+               PYTHONUNBUFFERED="1")
+    cli = subprocess.Popen([sys.executable, "-m", "vllm_omni_launcher", "serve", "--model", TI2V, "--gpus", "0",
+                            "--api-key-file", str(key_file)], env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    url = None
+    for line in cli.stdout:
+        lines.append(line)
+        m = re.match(r"Serving \S+ at (http://\S+)", line)
+        if m:
+            url = m.group(1)
+        if line.startswith("Press Ctrl-C"):
+            break
+    assert url, "".join(lines)
+    out = "".join(lines)
+    assert "starting:" in out and "ready:" in out
+    key = key_file.read_text().strip()
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600 and key not in out
+    assert session().get(f"{url}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=10).status_code == 200
+    pids = stub_pids(data_dir)
+    assert len(pids) == 1 and alive(pids[0])
+    cli.send_signal(signal.SIGINT)
+    rest, _ = cli.communicate(timeout=120)
+    assert cli.returncode == 0, out + rest
+    assert "no server process is left" in rest
+    assert not key_file.exists()
+    assert_no_process_left(data_dir)

@@ -1,0 +1,431 @@
+"""Seams into the real vLLM-Omni 0.30 code, shared by the stub server and the resolver.
+
+Runs only under the *server* python (the venv that has ``vllm`` and ``vllm-omni``).
+``stub_vllm_serve.py`` and ``upstream_resolve.py`` import this module; it never
+copies upstream logic, it only replaces what a CPU-only CI machine does not have:
+
+1. The Hugging Face Hub (download seam).  ``huggingface_hub.set_client_factory`` (the
+   library's own hook for custom HTTP clients) gets an ``httpx`` client whose transport
+   is :class:`FixtureHub`: a local, read-only Hub that serves the JSON files under
+   ``fixtures/hf/<org>/<repo>/`` with the Hub's API shapes (``/api/models/<id>/revision``,
+   ``/api/models/<id>/tree``, ``HEAD``/``GET /<id>/resolve/<rev>/<file>``) and answers
+   every other repository with the Hub's 401 ``X-Error-Code: RepoNotFound``.  Everything
+   above the HTTP transport is upstream code: ``huggingface_hub``'s download and cache
+   (into a private ``HF_HUB_CACHE`` per process), vLLM-Omni's ``omni_snapshot_download``,
+   ``is_diffusion_model``, the pipeline registry, ``resolve_omni_config``...  The model
+   id therefore stays ``Wan-AI/...`` everywhere (served name, logs), exactly as on a
+   machine that downloads it, and an unknown id fails with upstream's own
+   ``Repository not found for '<id>'`` path.
+2. The device inventory (hardware seam).  ``vllm_omni.platforms.current_omni_platform``
+   keeps its class (CPU machine: ``UnspecifiedOmniPlatform``) but reports
+   ``device_control_env_var = "CUDA_VISIBLE_DEVICES"`` and
+   ``get_device_count() = `` the number of ids in ``CUDA_VISIBLE_DEVICES`` (or
+   ``VLLM_OMNI_STUB_DEVICE_COUNT``, default 1, when that variable is unset), which is
+   what ``build_diffusion_config`` reads for its device check.
+3. The diffusion executor (GPU seam).  ``DiffusionExecutor.get_class`` still runs (so an
+   invalid ``--distributed-executor-backend`` fails as upstream) but returns the class
+   the caller installs: the stub server's fake GPU executor, or the resolver's
+   :class:`CaptureExecutor` which stops at the point where GPU workers would start and
+   hands back the fully resolved ``OmniDiffusionConfig``.
+
+Everything between the CLI and the executor is the real code path that ``vllm serve
+MODEL --omni`` takes: ``vllm.entrypoints.cli.main`` -> ``vllm_omni.entrypoints.cli.main``
+-> ``OmniServeCommand`` (parse + validate) -> ``omni_run_server`` -> ``AsyncOmni`` ->
+``AsyncOmniEngine`` -> Orchestrator -> ``StageRuntime`` -> ``build_diffusion_config``
+-> ``InlineStageDiffusionClient`` -> ``DiffusionEngine`` -> executor.
+
+Call :func:`prepare_process_env` before importing anything from vllm / huggingface_hub.
+"""
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+FIXTURE_HUB_DIR = HERE / "fixtures" / "hf"
+
+# The Wan2.2 Diffusers repositories the fixture Hub knows (org/name -> folder).
+FIXTURE_REPOS: dict[str, Path] = {
+    f"{org.name}/{repo.name}": repo
+    for org in sorted(FIXTURE_HUB_DIR.iterdir()) if org.is_dir()
+    for repo in sorted(org.iterdir()) if repo.is_dir()
+} if FIXTURE_HUB_DIR.is_dir() else {}
+
+
+# --------------------------------------------------------------------------- environment
+def visible_device_count(environ: dict[str, str] | None = None) -> int:
+    """Devices this process may use, as the stub's fake hardware reports them.
+
+    ``CUDA_VISIBLE_DEVICES`` wins (count of its comma-separated ids, so ``""`` is 0);
+    when it is unset, ``VLLM_OMNI_STUB_DEVICE_COUNT`` (default 1).
+    """
+    env = os.environ if environ is None else environ
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([tok for tok in visible.split(",") if tok.strip()])
+    return int(env.get("VLLM_OMNI_STUB_DEVICE_COUNT", "1"))
+
+
+_TEMP_DIRS: list[str] = []
+
+
+def make_temp_dir(prefix: str) -> str:
+    """A temporary directory removed at exit (also by :func:`remove_temp_dirs`)."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    if not _TEMP_DIRS:
+        atexit.register(remove_temp_dirs)
+    _TEMP_DIRS.append(path)
+    return path
+
+
+def remove_temp_dirs() -> None:
+    while _TEMP_DIRS:
+        shutil.rmtree(_TEMP_DIRS.pop(), ignore_errors=True)
+
+
+def prepare_process_env() -> str:
+    """Environment for the fixture Hub; must run before vllm/huggingface_hub import.
+
+    Returns the private Hugging Face hub cache directory (its ``HF_HOME`` is deleted at
+    exit), so fixture downloads never touch the user's cache and no token is sent.
+    """
+    home = make_temp_dir("vllm-omni-stub-hf-")
+    cache = os.path.join(home, "hub")
+    os.environ["HF_HOME"] = home
+    os.environ["HF_HUB_CACHE"] = cache
+    os.environ.pop("HUGGINGFACE_HUB_CACHE", None)
+    os.environ.pop("HF_TOKEN", None)
+    # The fixture Hub is "online": offline switches would bypass it.
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+        os.environ.pop(name, None)
+    os.environ.pop("HF_ENDPOINT", None)
+    os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.pop("VLLM_USE_MODELSCOPE", None)
+    return cache
+
+
+# --------------------------------------------------------------------------- fixture Hub
+class FixtureHub:
+    """``httpx`` transport answering the Hub API from ``fixtures/hf`` (read-only)."""
+
+    def __init__(self, repos: dict[str, Path] | None = None) -> None:
+        self.repos = FIXTURE_REPOS if repos is None else repos
+        self._files: dict[str, dict[str, bytes]] = {}
+        self._sha: dict[str, str] = {}
+
+    def _repo(self, repo_id: str) -> tuple[dict[str, bytes], str] | None:
+        if repo_id not in self.repos:
+            return None
+        if repo_id not in self._files:
+            root = self.repos[repo_id]
+            files = {
+                p.relative_to(root).as_posix(): p.read_bytes()
+                for p in sorted(root.rglob("*")) if p.is_file()
+            }
+            digest = hashlib.sha1()
+            for name, data in files.items():
+                digest.update(name.encode() + b"\0" + data + b"\0")
+            self._files[repo_id], self._sha[repo_id] = files, digest.hexdigest()
+        return self._files[repo_id], self._sha[repo_id]
+
+    @staticmethod
+    def _json(request, payload: Any, status: int = 200, headers: dict | None = None):
+        import httpx
+
+        body = json.dumps(payload).encode()
+        hdrs = {"Content-Type": "application/json; charset=utf-8", "Content-Length": str(len(body))}
+        hdrs.update(headers or {})
+        return httpx.Response(status, headers=hdrs, content=b"" if request.method == "HEAD" else body,
+                              request=request)
+
+    def _not_found(self, request, code: str, message: str, status: int = 404):
+        return self._json(request, {"error": message}, status,
+                          {"X-Error-Code": code, "X-Error-Message": message})
+
+    def handle_request(self, request):  # httpx.BaseTransport interface
+        import httpx
+        from urllib.parse import unquote
+
+        parts = [unquote(p) for p in request.url.path.split("/") if p]
+        # /api/models/{org}/{name}[/revision/{rev} | /tree/{rev}[/path...] | /paths-info/{rev}]
+        if len(parts) >= 4 and parts[:2] == ["api", "models"]:
+            repo_id = f"{parts[2]}/{parts[3]}"
+            found = self._repo(repo_id)
+            if found is None:
+                return self._not_found(request, "RepoNotFound", "Repository not found", 401)
+            files, sha = found
+            rest = parts[4:]
+            if not rest or rest[0] == "revision":
+                return self._json(request, {
+                    "_id": sha[:24], "id": repo_id, "modelId": repo_id, "sha": sha,
+                    "private": False, "gated": False, "disabled": False, "tags": ["diffusers"],
+                    "library_name": "diffusers", "lastModified": "2025-08-01T00:00:00.000Z",
+                    "siblings": [{"rfilename": name} for name in files],
+                })
+            if rest[0] == "tree":
+                prefix = "/".join(rest[2:])
+                recursive = request.url.params.get("recursive") in ("true", "True", "1")
+                entries, dirs = [], set()
+                for name, data in files.items():
+                    if prefix and not name.startswith(prefix.rstrip("/") + "/"):
+                        continue
+                    rel = name[len(prefix.rstrip("/")) + 1:] if prefix else name
+                    if "/" in rel and not recursive:
+                        dirs.add((prefix.rstrip("/") + "/" if prefix else "") + rel.split("/")[0])
+                        continue
+                    entries.append({"type": "file", "oid": hashlib.sha1(data).hexdigest(),
+                                    "size": len(data), "path": name})
+                if recursive:
+                    for name in files:
+                        segs = name.split("/")[:-1]
+                        for i in range(1, len(segs) + 1):
+                            d = "/".join(segs[:i])
+                            if not prefix or d.startswith(prefix.rstrip("/") + "/"):
+                                dirs.add(d)
+                entries += [{"type": "directory", "oid": sha, "size": 0, "path": d} for d in sorted(dirs)]
+                return self._json(request, entries)
+            if rest[0] == "paths-info":
+                wanted = []
+                try:
+                    form = dict(pair.split("=", 1) for pair in request.content.decode().split("&") if "=" in pair)
+                    wanted = [unquote(form.get("paths", ""))]
+                except Exception:
+                    pass
+                return self._json(request, [
+                    {"type": "file", "oid": hashlib.sha1(files[p]).hexdigest(), "size": len(files[p]), "path": p}
+                    for p in wanted if p in files])
+            return self._not_found(request, "EntryNotFound", "Entry not found")
+        # /{org}/{name}/resolve/{rev}/{path...}
+        if len(parts) >= 5 and parts[2] == "resolve":
+            repo_id = f"{parts[0]}/{parts[1]}"
+            found = self._repo(repo_id)
+            if found is None:
+                return self._not_found(request, "RepoNotFound", "Repository not found", 401)
+            files, sha = found
+            filename = "/".join(parts[4:])
+            data = files.get(filename)
+            if data is None:
+                return self._not_found(request, "EntryNotFound", "Entry not found")
+            etag = hashlib.sha1(data).hexdigest()
+            return httpx.Response(200, request=request, headers={
+                "Content-Type": "application/json" if filename.endswith(".json") else "application/octet-stream",
+                "Content-Length": str(len(data)), "ETag": f'"{etag}"', "X-Repo-Commit": sha,
+                "Accept-Ranges": "bytes",
+            }, content=b"" if request.method == "HEAD" else data)
+        return self._not_found(request, "EntryNotFound", "Entry not found")
+
+    # httpx transports are context managers / closable
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+def install_fixture_hub() -> None:
+    """Route every ``huggingface_hub`` HTTP call to :class:`FixtureHub`."""
+    import httpx
+    from huggingface_hub.utils import _http as hf_http
+
+    class _Transport(httpx.BaseTransport):
+        def __init__(self) -> None:
+            self.hub = FixtureHub()
+
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            return self.hub.handle_request(request)
+
+    class _AsyncTransport(httpx.AsyncBaseTransport):
+        def __init__(self) -> None:
+            self.hub = FixtureHub()
+
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            return self.hub.handle_request(request)
+
+    hf_http.set_client_factory(lambda: httpx.Client(
+        transport=_Transport(), event_hooks={"request": [hf_http.hf_request_event_hook]},
+        follow_redirects=True, timeout=None))
+    hf_http.set_async_client_factory(lambda: httpx.AsyncClient(
+        transport=_AsyncTransport(), event_hooks={"request": [hf_http.async_hf_request_event_hook]},
+        follow_redirects=True, timeout=None))
+
+
+# --------------------------------------------------------------------------- hardware
+def install_device_inventory() -> None:
+    """Make the omni platform report CUDA-style device visibility (see module doc)."""
+    import vllm_omni.platforms as omni_platforms
+
+    platform = omni_platforms.current_omni_platform
+    base = type(platform)
+    if getattr(base, "_stub_device_inventory", False):
+        return
+
+    class StubDeviceInventory(base):  # type: ignore[misc, valid-type]
+        _stub_device_inventory = True
+        device_control_env_var = "CUDA_VISIBLE_DEVICES"
+
+        @classmethod
+        def get_device_count(cls) -> int:
+            return visible_device_count()
+
+    StubDeviceInventory.__name__ = base.__name__
+    StubDeviceInventory.__qualname__ = base.__qualname__
+    platform.__class__ = StubDeviceInventory
+
+
+# --------------------------------------------------------------------------- executor seam
+def install_executor(executor_cls: type) -> None:
+    """Make ``DiffusionExecutor.get_class`` validate as upstream, then return ``executor_cls``."""
+    from vllm_omni.diffusion.executor.abstract import DiffusionExecutor
+
+    real_get_class = getattr(DiffusionExecutor.get_class, "_stub_real", DiffusionExecutor.get_class)
+
+    def get_class(od_config):
+        real_cls = real_get_class(od_config)
+        executor_cls.upstream_class = real_cls
+        return executor_cls
+
+    get_class._stub_real = real_get_class  # type: ignore[attr-defined]
+    DiffusionExecutor.get_class = staticmethod(get_class)  # type: ignore[method-assign]
+
+
+class ResolvedConfig(Exception):
+    """Raised by :class:`CaptureExecutor` to hand the resolved config back."""
+
+    def __init__(self, od_config: Any, devices: list[str]) -> None:
+        super().__init__("resolved")
+        self.od_config = od_config
+        self.devices = devices
+
+
+def stage_devices(world_size: int) -> list[str]:
+    """Physical device ids the stage's ranks would bind (first ``world_size`` visible)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = [t.strip() for t in visible.split(",") if t.strip()] if visible is not None \
+        else [str(i) for i in range(visible_device_count())]
+    return ids[:world_size]
+
+
+def make_capture_executor():
+    from vllm_omni.diffusion.executor.abstract import DiffusionExecutor
+
+    class CaptureExecutor(DiffusionExecutor):
+        """Stops startup where the GPU workers would be created."""
+
+        upstream_class: type | None = None
+
+        def _init_executor(self) -> None:
+            world = self.od_config.parallel_config.world_size
+            raise ResolvedConfig(self.od_config, stage_devices(world))
+
+        is_dead = True
+
+        def execute_request(self, scheduler_output):  # pragma: no cover - never reached
+            raise NotImplementedError
+
+        execute_batch = execute_step = execute_request
+
+        def collective_rpc(self, *a, **k):  # pragma: no cover
+            raise NotImplementedError
+
+        def check_health(self) -> None:  # pragma: no cover
+            pass
+
+        def shutdown(self) -> None:
+            pass
+
+    return CaptureExecutor
+
+
+# --------------------------------------------------------------------------- config summary
+def summarize_od_config(od_config: Any, devices: list[str]) -> dict[str, Any]:
+    """The resolved diffusion config as plain JSON (the fields the launcher cares about)."""
+    pc = od_config.parallel_config
+    quant = getattr(od_config, "quantization_config", None)
+    quant_name = None
+    if quant is not None:
+        get_name = getattr(quant, "get_name", None)
+        quant_name = get_name() if callable(get_name) else getattr(quant, "method", None) or type(quant).__name__
+        quant_name = str(quant_name)
+    offload = getattr(od_config, "diffusion_offload_config", None) or getattr(od_config, "offload_config", None)
+
+    def plain(value: Any) -> Any:
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        if isinstance(value, dict):
+            return {str(k): plain(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple, set)):
+            return [plain(v) for v in value]
+        if hasattr(value, "value") and isinstance(getattr(value, "value"), (str, int)):
+            return value.value
+        return str(value)
+
+    return {
+        "model": od_config.model,
+        "model_class_name": getattr(od_config, "model_class_name", None),
+        "world_size": pc.world_size,
+        "tensor_parallel_size": pc.tensor_parallel_size,
+        "ulysses_degree": pc.ulysses_degree,
+        "ring_degree": pc.ring_degree,
+        "sequence_parallel_size": getattr(pc, "sequence_parallel_size", None),
+        "cfg_parallel_size": pc.cfg_parallel_size,
+        "vae_patch_parallel_size": getattr(pc, "vae_patch_parallel_size", None),
+        "data_parallel_size": getattr(pc, "data_parallel_size", None),
+        "pipeline_parallel_size": getattr(pc, "pipeline_parallel_size", None),
+        "use_hsdp": getattr(pc, "use_hsdp", None),
+        "hsdp_shard_size": getattr(pc, "hsdp_shard_size", None),
+        "hsdp_replicate_size": getattr(pc, "hsdp_replicate_size", None),
+        "enable_cpu_offload": bool(getattr(od_config, "enable_cpu_offload", False)),
+        "enable_layerwise_offload": bool(getattr(od_config, "enable_layerwise_offload", False)),
+        "offload_config": plain(offload),
+        "quantization": quant_name,
+        "vae_use_tiling": getattr(od_config, "vae_use_tiling", None),
+        "vae_use_slicing": getattr(od_config, "vae_use_slicing", None),
+        "cache_backend": plain(getattr(od_config, "cache_backend", None)),
+        "enforce_eager": getattr(od_config, "enforce_eager", None),
+        "boundary_ratio": getattr(od_config, "boundary_ratio", None),
+        "flow_shift": getattr(od_config, "flow_shift", None),
+        "dtype": plain(getattr(od_config, "dtype", None)),
+        "max_num_seqs": getattr(od_config, "max_num_seqs", None),
+        "distributed_executor_backend": plain(getattr(od_config, "distributed_executor_backend", None)),
+        "num_gpus": getattr(od_config, "num_gpus", None),
+        "devices": devices,
+    }
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The exception a ``raise X from exc`` chain wraps (follows ``__cause__`` only).
+
+    Upstream wraps stage-init failures as ``RuntimeError("Orchestrator initialization
+    failed: ...") from exc``; the wrapped exception carries the real message.  Implicit
+    contexts (an error raised while handling another) are not followed: there the newer
+    exception is the one upstream means to report (e.g. ``Repository not found``).
+    """
+    seen = set()
+    while id(exc) not in seen and exc.__cause__ is not None:
+        seen.add(id(exc))
+        exc = exc.__cause__
+    return exc
+
+
+def server_python_ok() -> None:
+    """Fail early with a clear message when run under a python without vllm-omni."""
+    try:
+        import importlib.util
+
+        if importlib.util.find_spec("vllm_omni") is None or importlib.util.find_spec("vllm") is None:
+            raise ImportError
+    except ImportError:
+        sys.stderr.write(f"{sys.executable} has no vllm/vllm_omni: run this with the server python "
+                         "(VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON)\n")
+        raise SystemExit(3)

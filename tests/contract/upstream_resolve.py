@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Batch resolver: what would the real ``vllm serve ... --omni`` (0.30) resolve or refuse?
+
+Run with the server python::
+
+    echo '[{"argv": ["serve", "Wan-AI/Wan2.2-T2V-A14B-Diffusers", "--omni", "--usp", "2"],
+            "visible_devices": 2}]' | python tests/contract/upstream_resolve.py
+
+Input (stdin): a JSON list of cases ``{"argv": [...], "visible_devices": N}``.  ``argv`` is
+what the ``vllm`` program gets (starting with ``serve``).  ``visible_devices`` is either an
+int N (``CUDA_VISIBLE_DEVICES`` unset, N devices present) or a string such as ``"2,3"``
+(used as ``CUDA_VISIBLE_DEVICES``); default 1.  Optional ``"env": {...}`` adds environment
+variables for that case.
+
+Output (stdout): a JSON list, one result per case, in order:
+
+* ``{"ok": true, "config": {...}}`` with the resolved diffusion config (see
+  ``upstream.summarize_od_config``: world_size, parallel degrees, offload, quantization,
+  tiling, cache backend, enforce_eager, boundary_ratio, flow_shift, devices, ...);
+* ``{"ok": false, "stage": "parse", "error": "...", "exit_code": 2}`` when argparse refuses
+  the command line (``error`` is argparse's message, e.g. ``unrecognized arguments: ...``)
+  or ``OmniServeCommand.validate`` raises (``exit_code`` 1);
+* ``{"ok": false, "stage": "resolve", "error": "...", "error_type": "ValueError",
+  "top_error": "..."}`` when startup fails before the GPU workers would start (``error``
+  is the root cause's message, ``top_error`` what the server's last traceback line shows).
+
+Every case runs the same code as ``stub_vllm_serve.py`` up to the executor:
+``vllm.entrypoints.cli.main.main`` -> omni CLI -> ``OmniServeCommand.validate`` / ``cmd``
+-> ``build_async_omni`` -> ``AsyncOmni`` -> ... -> ``build_diffusion_config`` ->
+``InlineStageDiffusionClient`` -> ``DiffusionEngine``, whose executor
+(``upstream.CaptureExecutor``) returns the config instead of starting workers.  The only
+resolver-specific shim: ``omni_run_server`` is replaced by a coroutine that calls the real
+``validate_api_server_args`` and ``build_async_omni`` but does not bind the HTTP port or
+decorate stdout (so hundreds of cases can run in one process).  Logs go to /dev/null
+unless ``--verbose`` is given (then to stderr).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+import upstream  # noqa: E402
+
+upstream.server_python_ok()
+
+
+class _ShimReached(Exception):
+    pass
+
+
+def _setup():
+    upstream.prepare_process_env()
+    from vllm.entrypoints.cli.main import main as vllm_main
+
+    upstream.install_fixture_hub()
+    upstream.install_device_inventory()
+    upstream.install_executor(upstream.make_capture_executor())
+
+    import vllm_omni.entrypoints.cli.serve as omni_serve
+    from vllm.entrypoints.launchers.launcher import validate_api_server_args
+    from vllm_omni.entrypoints.openai.api_server import build_async_omni
+
+    state = {"in_resolve": False}
+
+    async def resolve_only(args, **_uvicorn_kwargs):
+        state["in_resolve"] = True
+        validate_api_server_args(args)
+        async with build_async_omni(args):
+            pass  # not reached: CaptureExecutor raises ResolvedConfig during startup
+        raise RuntimeError("startup finished without reaching the diffusion executor")
+
+    omni_serve.omni_run_server = resolve_only
+    return vllm_main, state
+
+
+def _case_env(case: dict) -> dict[str, str]:
+    env = {k: str(v) for k, v in (case.get("env") or {}).items()}
+    visible = case.get("visible_devices", 1)
+    if isinstance(visible, str):
+        env["CUDA_VISIBLE_DEVICES"] = visible
+    else:
+        env["__UNSET__CUDA_VISIBLE_DEVICES"] = "1"
+        env["VLLM_OMNI_STUB_DEVICE_COUNT"] = str(int(visible))
+    return env
+
+
+def run_case(vllm_main, state, case: dict) -> dict:
+    argv = [str(a) for a in case.get("argv", [])]
+    saved_env = dict(os.environ)
+    saved_argv = sys.argv
+    for key, value in _case_env(case).items():
+        if key.startswith("__UNSET__"):
+            os.environ.pop(key[len("__UNSET__"):], None)
+        else:
+            os.environ[key] = value
+    state["in_resolve"] = False
+    err = io.StringIO()
+    try:
+        sys.argv = ["vllm", *argv]
+        with contextlib.redirect_stderr(err):
+            vllm_main()
+        return {"ok": False, "stage": "parse", "error": "command did not start a server", "exit_code": 0}
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        text = err.getvalue().strip().splitlines()
+        last = text[-1] if text else ""
+        message = last.split("error: ", 1)[1] if "error: " in last else last
+        return {"ok": False, "stage": "parse", "error": message, "exit_code": code}
+    except BaseException as exc:  # noqa: BLE001 - report every startup failure
+        cause = upstream.root_cause(exc)
+        if isinstance(cause, upstream.ResolvedConfig):
+            return {"ok": True, "config": upstream.summarize_od_config(cause.od_config, cause.devices)}
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return {
+            "ok": False,
+            "stage": "resolve" if state["in_resolve"] else "parse",
+            "error": str(cause),
+            "error_type": type(cause).__name__,
+            "top_error": f"{type(exc).__name__}: {exc}",
+            "exit_code": 1,
+        }
+    finally:
+        sys.argv = saved_argv
+        os.environ.clear()
+        os.environ.update(saved_env)
+
+
+def main() -> int:
+    verbose = "--verbose" in sys.argv[1:]
+    cases = json.load(sys.stdin)
+    if not isinstance(cases, list):
+        raise SystemExit("stdin must be a JSON list of cases")
+    out = os.fdopen(os.dup(1), "w")
+    sink = os.open(os.devnull, os.O_WRONLY)
+    # Upstream logs (and anything else) must not corrupt the JSON on stdout.
+    os.dup2(2 if verbose else sink, 1)
+    if not verbose:
+        os.dup2(sink, 2)
+    vllm_main, state = _setup()
+    results = [run_case(vllm_main, state, case) for case in cases]
+    json.dump(results, out, indent=1)
+    out.write("\n")
+    out.flush()
+    # Skip interpreter teardown of upstream background threads.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""client/frames.py: MP4 -> float32 [F, H, W, 3] frames, and IMAGE -> PNG for uploads.
+
+Clips are encoded here with PyAV (H.264 yuv420p, like vLLM-Omni's encoder) from
+frame_code frames, so each decoded frame can be checked for its index and seed.
+"""
+from __future__ import annotations
+
+import io
+import sys
+import tracemalloc
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
+import frame_code  # noqa: E402
+
+from vllm_omni_launcher.client import frames as frames_mod  # noqa: E402
+from vllm_omni_launcher.client.frames import DecodedVideo, decode_mp4, image_to_png  # noqa: E402
+from vllm_omni_launcher.errors import LauncherError  # noqa: E402
+
+
+def encode_clip(count: int, width: int, height: int, fps: float | Fraction = 16, seed: int = 7,
+                container: str = "mp4") -> bytes:
+    """H.264 yuv420p clip whose frame i is frame_code.encode(i, seed, w, h)."""
+    rate = Fraction(fps).limit_denominator(1001)
+    buf = io.BytesIO()
+    with av.open(buf, "w", format=container) as out:
+        stream = out.add_stream("libx264", rate=rate)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.options = {"preset": "ultrafast", "crf": "18"}
+        for i in range(count):
+            frame = av.VideoFrame.from_ndarray(frame_code.encode(i, seed, width, height), format="rgb24")
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return buf.getvalue()
+
+
+def header_frames(data: bytes) -> int:
+    with av.open(io.BytesIO(data)) as c:
+        return c.streams.video[0].frames
+
+
+def assert_frames(video: DecodedVideo, count: int, width: int, height: int, seed: int) -> None:
+    assert isinstance(video, DecodedVideo)
+    assert video.frames.dtype == np.float32
+    assert video.frames.shape == (count, height, width, 3)
+    assert video.frames.flags.c_contiguous
+    assert float(video.frames.min()) >= 0.0 and float(video.frames.max()) <= 1.0
+    assert [frame_code.decode(f) for f in video.frames] == [(i % 256, seed % 256) for i in range(count)]
+
+
+def test_small_clip_decodes_to_float32_frames_with_index_seed_and_fps():
+    data = encode_clip(9, 64, 64, fps=16, seed=7)
+    video = decode_mp4(data)
+    assert_frames(video, 9, 64, 64, 7)
+    assert video.fps == pytest.approx(16.0)
+    assert (video.num_frames, video.width, video.height) == (9, 64, 64)
+
+
+def test_ti2v_sized_clip_decodes_1280x704():
+    data = encode_clip(5, 1280, 704, fps=24, seed=300)
+    video = decode_mp4(data)
+    assert_frames(video, 5, 1280, 704, 300)
+    assert video.fps == pytest.approx(24.0)
+
+
+def test_fractional_fps_is_reported():
+    video = decode_mp4(encode_clip(5, 64, 64, fps=Fraction(24000, 1001)))
+    assert video.fps == pytest.approx(24000 / 1001, rel=1e-3)
+
+
+def test_clip_without_frame_count_in_header_still_decodes():
+    data = encode_clip(13, 64, 64, fps=16, seed=42, container="matroska")
+    assert header_frames(data) == 0  # Matroska stores no per-stream frame count
+    video = decode_mp4(data)
+    assert_frames(video, 13, 64, 64, 42)
+
+
+def test_stream_without_count_or_duration_grows_the_array():
+    # Raw Annex-B H.264 has neither a frame count nor a duration: capacity starts small
+    # and must grow past it (more frames than the first chunk).
+    count = frames_mod._MIN_GROW + 9
+    data = encode_clip(count, 64, 64, fps=16, seed=5, container="h264")
+    with av.open(io.BytesIO(data)) as c:
+        assert c.streams.video[0].frames == 0
+    video = decode_mp4(data)
+    assert_frames(video, count, 64, 64, 5)
+
+
+def test_header_overstating_the_count_is_trimmed(monkeypatch):
+    data = encode_clip(6, 64, 64, seed=9)
+    real = frames_mod._expected_frames
+    monkeypatch.setattr(frames_mod, "_expected_frames", lambda c, s, f: real(c, s, f) + 10)
+    video = decode_mp4(data)
+    assert_frames(video, 6, 64, 64, 9)
+
+
+def test_decode_writes_into_one_preallocated_array_without_stacking(monkeypatch):
+    data = encode_clip(48, 320, 192, seed=11)
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("decode_mp4 must not stack/concatenate the whole clip")
+
+    monkeypatch.setattr(np, "stack", forbidden)
+    monkeypatch.setattr(np, "concatenate", forbidden)
+    monkeypatch.setattr(np, "vstack", forbidden)
+    out_bytes = 48 * 192 * 320 * 3 * 4
+    tracemalloc.start()
+    try:
+        video = decode_mp4(data)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert video.frames.nbytes == out_bytes
+    # A list of frames (uint8 or float) plus the output would exceed this bound.
+    assert peak < 1.25 * out_bytes, f"peak {peak / 1e6:.1f} MB for a {out_bytes / 1e6:.1f} MB clip"
+
+
+def test_garbage_bytes_raise_launcher_error_with_raw_ffmpeg_message():
+    with pytest.raises(LauncherError) as info:
+        decode_mp4(b"this is not an mp4 file at all" * 10)
+    assert "not a readable video" in info.value.what
+    assert info.value.raw
+
+
+def test_empty_download_raises_launcher_error():
+    with pytest.raises(LauncherError, match="empty video"):
+        decode_mp4(b"")
+
+
+def _png_pixels(png: bytes) -> np.ndarray:
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    return np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+
+
+def test_image_to_png_round_trips_float_and_uint8_and_batch():
+    rgb = frame_code.encode(3, 4, 48, 32)
+    assert np.array_equal(_png_pixels(image_to_png(rgb)), rgb)
+    as_float = rgb.astype(np.float32) / 255.0
+    assert np.array_equal(_png_pixels(image_to_png(as_float)), rgb)
+    assert np.array_equal(_png_pixels(image_to_png(as_float[None])), rgb)  # ComfyUI IMAGE [1,H,W,3]
+    rgba = np.concatenate([rgb, np.full((32, 48, 1), 255, np.uint8)], axis=2)
+    assert np.array_equal(_png_pixels(image_to_png(rgba)), rgb)
+
+
+def test_image_to_png_clips_out_of_range_floats():
+    img = np.full((4, 4, 3), 1.7, np.float32)
+    img[0, 0] = -0.5
+    px = _png_pixels(image_to_png(img))
+    assert px[0, 0].tolist() == [0, 0, 0] and px[1, 1].tolist() == [255, 255, 255]
+
+
+def test_image_to_png_refuses_batches_and_bad_shapes_naming_the_image_setting():
+    with pytest.raises(LauncherError) as info:
+        image_to_png(np.zeros((2, 8, 8, 3), np.float32))
+    assert info.value.setting == "image"
+    with pytest.raises(LauncherError) as info:
+        image_to_png(np.zeros((8, 8, 5), np.float32))
+    assert info.value.setting == "image"
