@@ -394,9 +394,11 @@ class VideoClient:
           decoded     frames in hand
           queued      time the job was seen queued (duration)
           running     time the job was seen in progress (duration)
-          detect_delay  (when the server reported completed_at) wall-clock time from the
-                        server's completion stamp to our detection; completed_at has 1 s
-                        resolution upstream, so this is approximate.
+          detect_delay  (when the server reports completed_at) wall-clock seconds from the
+                        server's completion stamp to our detection; upstream truncates
+                        completed_at to whole seconds, so this over-states by up to 1 s
+          server_inference  (when reported) the server's inference_time_s: its task time,
+                        engine queueing included
         """
         poll = max(0.01, float(poll_interval))
         t0 = time.monotonic()
@@ -446,6 +448,8 @@ class VideoClient:
             timings["queued"], timings["running"] = queued_s, running_s
             if state.completed_at is not None:
                 timings["detect_delay"] = max(0.0, time.time() - state.completed_at)
+            if isinstance(state.raw.get("inference_time_s"), (int, float)):
+                timings["server_inference"] = float(state.raw["inference_time_s"])
             mp4 = self._download(job_id, should_cancel)
             timings["downloaded"] = time.monotonic() - t0
             video = decode_mp4(mp4)

@@ -401,7 +401,9 @@ class Transport:
         self.timeout = timeout
         self.sleep = sleep
         self.session = requests.Session()
-        self.session.trust_env = True
+        # A loopback server must not go through HTTP(S)_PROXY from the environment
+        # (requests only bypasses it when NO_PROXY lists the host); remote ones may need it.
+        self.session.trust_env = not _is_loopback(self.base_url)
         if self._key:
             self.session.headers["Authorization"] = f"Bearer {self._key}"
 
@@ -457,6 +459,19 @@ class Transport:
             text = _read_text(resp)
             raise http_error(resp.status_code, text, what=what, base_url=self.base_url,
                              sent_key=self.has_key, job_id=job_id, secret=self._key)
+
+
+def _is_loopback(url: str) -> bool:
+    import ipaddress  # noqa: PLC0415
+    from urllib.parse import urlsplit  # noqa: PLC0415
+
+    host = (urlsplit(url).hostname or "").strip("[]").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _retry_after(resp: requests.Response) -> Optional[float]:

@@ -23,6 +23,6 @@ class Doctor:
         return float("nan")
 
     def check(self, model=None):
-        report = run_doctor(load_local_config(), model=model.model if model is not None else None)
+        report = run_doctor(model.model if model is not None else None, config=load_local_config())
         text = report.text()
         return {"ui": {"text": [text]}, "result": (text,)}

@@ -1,1 +1,18 @@
-"""GPU memory planning, configuration recommendation and the environment doctor."""
+"""GPU memory planning, configuration recommendation and the environment doctor.
+
+Plain Python (no torch, no ComfyUI). Public API:
+
+* ``plan(spec, request=None, gpus=None, ...) -> MemoryPlan``: per-GPU peak as named terms.
+* ``recommend(model_or_spec, request=None, gpus=None, ...) -> Recommendation``: fastest fitting config.
+* ``step_down(spec, failure_kind, gpus_memory_gb, request_shape=None) -> (LaunchSpec, str) | None``.
+* ``run_doctor(model=None, ...) -> DoctorReport``.
+"""
+from .doctor import DoctorReport, run_doctor
+from .gpus import GpuInfo, hypothetical_gpus, parse_gpu_memory, query_gpus
+from .ladder import FAILURE_KINDS, Recommendation, build_ladder, recommend, step_down
+from .memory import CALIBRATION, MemoryPlan, RequestShape, plan
+from .model_sizes import ModelSizes, model_sizes
+
+__all__ = ["CALIBRATION", "DoctorReport", "FAILURE_KINDS", "GpuInfo", "MemoryPlan", "ModelSizes", "Recommendation",
+           "RequestShape", "build_ladder", "hypothetical_gpus", "model_sizes", "parse_gpu_memory", "plan",
+           "query_gpus", "recommend", "run_doctor", "step_down"]

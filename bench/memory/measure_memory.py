@@ -213,6 +213,16 @@ def run_case(case: dict, device: str, tiny: bool) -> dict:
             with dev:
                 model = WanTransformer3DModel(**cfg)
             model = model.to(dtype).eval()
+            # as from_pretrained(torch_dtype=bf16) loads it: these stay fp32 (diffusers _keep_in_fp32_modules)
+            keep = getattr(model, "_keep_in_fp32_modules", None) or []
+            for name, module in model.named_modules():
+                if any(k in name.split(".") for k in keep):
+                    module.to(torch.float32)
+            if hasattr(model, "scale_shift_table") and "scale_shift_table" in keep:
+                model.scale_shift_table.data = model.scale_shift_table.data.float()
+            for block in getattr(model, "blocks", []):
+                if "scale_shift_table" in keep and hasattr(block, "scale_shift_table"):
+                    block.scale_shift_table.data = block.scale_shift_table.data.float()
             lat = torch.randn(1, cfg["in_channels"], lat_f, h // s, w // s, device=dev, dtype=dtype)
             text = torch.randn(1, 512, cfg["text_dim"], device=dev, dtype=dtype)
             if case["dit"] == "ti2v5b":   # expand_timesteps: one timestep per token

@@ -79,11 +79,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-import atexit  # noqa: E402
 import logging  # noqa: E402
-import shutil  # noqa: E402
 import signal  # noqa: E402
-import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
@@ -148,6 +145,7 @@ if not os.environ.get("VLLM_OMNI_SERVER_STORAGE__PATH") and not os.environ.get("
     os.environ["VLLM_OMNI_SERVER_STORAGE__PATH"] = upstream.make_temp_dir("vllm-omni-stub-storage-")
 STORAGE_DIR = os.environ.get("VLLM_OMNI_SERVER_STORAGE__PATH") or os.environ.get("VLLM_OMNI_STORAGE_PATH")
 
+upstream.snapshot_hardware()
 upstream.prepare_process_env()
 
 from vllm.entrypoints.cli.main import main as vllm_main  # noqa: E402  (what the `vllm` script runs)
@@ -180,6 +178,14 @@ CUDA_OOM_MESSAGE = (
     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for "
     "Memory Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html"
     "#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)"
+)
+INVALID_DEVICE_MESSAGE = (
+    "CUDA error: invalid device ordinal\n"
+    "GPU device may be out of range, do you have enough GPUs?\n"
+    "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
+    "might be incorrect.\n"
+    "For debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
 )
 I2V_CLASSES = {"WanImageToVideoPipeline", "WanI2VDMD2Pipeline"}
 WAN_CLASSES = {"WanPipeline", "WanDMDPipeline", "WanT2VDMD2Pipeline"} | I2V_CLASSES
@@ -271,8 +277,24 @@ class ModelFacts:
     temporal: int         # vae scale_factor_temporal
     patch: int            # transformer patch_size[1]
     transformers: tuple[str, ...]
-    weights_bytes: int
+    dit_bytes: int        # bf16 bytes of the DiT expert(s) the pipeline loads
+    text_encoder_bytes: int
+    vae_bytes: int
     num_shards: int
+
+    def gpu_bytes(self, od_config, world_size: int) -> int:
+        """Rough per-GPU weight footprint, for the ``Model loading took`` line."""
+        pc = od_config.parallel_config
+        dit = self.dit_bytes / max(1, int(getattr(pc, "tensor_parallel_size", 1) or 1))
+        if getattr(pc, "use_hsdp", False):
+            shard = int(getattr(pc, "hsdp_shard_size", -1) or -1)
+            dit /= shard if shard > 0 else max(1, world_size)
+        te = self.text_encoder_bytes
+        if getattr(od_config, "enable_layerwise_offload", False):
+            dit *= 0.05
+        if getattr(od_config, "enable_cpu_offload", False):
+            te = 0
+        return int(dit + te + self.vae_bytes)
 
     @classmethod
     def load(cls, od_config) -> "ModelFacts":
@@ -304,21 +326,20 @@ class ModelFacts:
         elif boundary == 0.0:
             dits = [d for d in dits if d[0] == "transformer"] or dits
         patch = 2
-        weights = 0
+        dit_bytes = te_bytes = 0
         for _, conf in dits:
             p = conf.get("patch_size") or [1, 2, 2]
             patch = int(p[1]) if isinstance(p, (list, tuple)) and len(p) > 1 else 2
             d = int(conf.get("num_attention_heads", 1)) * int(conf.get("attention_head_dim", 64))
             ffn = int(conf.get("ffn_dim", 4 * d))
             layers = int(conf.get("num_layers", 1))
-            weights += 2 * layers * (8 * d * d + 2 * d * ffn) + 2 * d * int(conf.get("text_dim", d))
+            dit_bytes += 2 * layers * (8 * d * d + 2 * d * ffn) + 2 * d * int(conf.get("text_dim", d))
         te = cfg("text_encoder/config.json")
         if te:
             dm, ff = int(te.get("d_model", 0)), int(te.get("d_ff", 0))
             inner = int(te.get("num_heads", 1)) * int(te.get("d_kv", 64))
-            weights += 2 * (int(te.get("num_layers", 0)) * (4 * dm * inner + 3 * dm * ff)
+            te_bytes = 2 * (int(te.get("num_layers", 0)) * (4 * dm * inner + 3 * dm * ff)
                             + int(te.get("vocab_size", 0)) * dm)
-        weights += 2 * 127_000_000 if vae else 0
         return cls(
             class_name=class_name,
             is_wan=class_name in WAN_CLASSES,
@@ -328,7 +349,9 @@ class ModelFacts:
             temporal=int(vae.get("scale_factor_temporal") or 4),
             patch=patch,
             transformers=tuple(name for name, _ in dits),
-            weights_bytes=weights,
+            dit_bytes=dit_bytes,
+            text_encoder_bytes=te_bytes,
+            vae_bytes=2 * 127_000_000 if vae else 0,
             num_shards=max(1, len(dits)),
         )
 
@@ -418,26 +441,26 @@ def crash(executor: "StubGpuExecutor") -> None:
 
 
 def hang_api_server(executor: "StubGpuExecutor | None" = None) -> None:
-    """Block the API server's event loop (main thread) forever."""
+    """Block the API server's event loop (the one running on the main thread) forever."""
     import asyncio
     import gc
 
-    main_ident = threading.main_thread().ident
+    scheduled = False
     for obj in gc.get_objects():
         try:
-            if isinstance(obj, asyncio.AbstractEventLoop) and obj.is_running() \
-                    and getattr(obj, "_thread_id", None) == main_ident:
-                obj.call_soon_threadsafe(_block_forever)
-                return
+            if isinstance(obj, asyncio.AbstractEventLoop) and obj.is_running():
+                obj.call_soon_threadsafe(_block_if_main_thread)
+                scheduled = True
         except Exception:
             continue
-    # Fallback: no loop found; stop the whole process instead (also "alive but silent").
-    os.kill(os.getpid(), signal.SIGSTOP)
+    if not scheduled:  # no loop found: stop the whole process instead (also "alive but silent")
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
-def _block_forever() -> None:
-    while True:
-        time.sleep(3600)
+def _block_if_main_thread() -> None:
+    if threading.current_thread() is threading.main_thread():
+        while True:
+            time.sleep(3600)
 
 
 # --------------------------------------------------------------------------- the fake GPU
@@ -471,6 +494,10 @@ class StubGpuExecutor(DiffusionExecutor):
         self.log = WorkerLog(self.separate_workers)
         self.facts = ModelFacts.load(od)
         self.devices = upstream.stage_devices(self.world_size)
+        missing = upstream.missing_devices(self.world_size)
+        if missing:
+            # What torch.cuda.set_device() raises in a worker bound to a GPU the machine lacks.
+            raise torch.AcceleratorError(INVALID_DEVICE_MESSAGE)
         self._load_workers()
 
     def _load_workers(self) -> None:
@@ -493,13 +520,7 @@ class StubGpuExecutor(DiffusionExecutor):
         self._shard_progress(facts.num_shards)
         if KNOBS.load_delay_s > 0:
             time.sleep(KNOBS.load_delay_s)
-        gib = facts.weights_bytes / GiB
-        if getattr(od, "enable_cpu_offload", False) or getattr(od, "enable_layerwise_offload", False):
-            gib *= 0.1
-        tp = max(1, int(getattr(od.parallel_config, "tensor_parallel_size", 1) or 1))
-        if getattr(od.parallel_config, "use_hsdp", False):
-            tp = max(tp, int(getattr(od.parallel_config, "hsdp_shard_size", 0) or 0), self.world_size)
-        gib /= tp
+        gib = facts.gpu_bytes(od, self.world_size) / GiB
         for rank in ranks:
             log.emit("vllm_omni.diffusion.model_loader.diffusers_loader", logging.INFO,
                      "Loading weights took", "Loading weights took %.2f seconds", time.perf_counter() - t_weights)
@@ -657,6 +678,7 @@ class StubGpuExecutor(DiffusionExecutor):
         with bar_owner.progress_bar(total=steps) as pbar:
             for step in range(steps):
                 if stall_at is not None and step == stall_at:
+                    pbar.refresh()  # the last finished step stays on screen, then nothing
                     while not self._closed:
                         time.sleep(0.05)
                     raise _Stalled()
@@ -677,7 +699,7 @@ class StubGpuExecutor(DiffusionExecutor):
                                  value_range=VideoValueRange.NEGATIVE_ONE_TO_ONE),
         ))
         media = prepare_diffusion_media_for_transport(media, od_config=od, sampling_params=sp)
-        peak_mb = (self.facts.weights_bytes / max(1, self.world_size) + video.numel() * 8) / (1 << 20)
+        peak_mb = (self.facts.gpu_bytes(od, self.world_size) + video.numel() * 8) / (1 << 20)
         return media, peak_mb
 
 

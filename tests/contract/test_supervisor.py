@@ -66,9 +66,9 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: 
 
 
 def stub_pids(data_dir: Path) -> list[int]:
-    """Every STUB_PID a stub printed into any server log under data_dir."""
+    """Every STUB_PID a stub printed into any server log under data_dir, oldest log first."""
     pids = []
-    for log in sorted((data_dir / "logs").glob("*.log*")):
+    for log in sorted((data_dir / "logs").glob("*.log*"), key=lambda p: p.stat().st_mtime_ns):
         pids += [int(p) for p in re.findall(r"STUB_PID=(\d+)", log.read_text(errors="replace"))]
     return pids
 

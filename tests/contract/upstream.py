@@ -302,18 +302,47 @@ def install_executor(executor_cls: type) -> None:
 class ResolvedConfig(Exception):
     """Raised by :class:`CaptureExecutor` to hand the resolved config back."""
 
-    def __init__(self, od_config: Any, devices: list[str]) -> None:
+    def __init__(self, od_config: Any, devices: list[str], missing: list[str] | None = None) -> None:
         super().__init__("resolved")
         self.od_config = od_config
         self.devices = devices
+        self.missing = missing or []
 
 
 def stage_devices(world_size: int) -> list[str]:
-    """Physical device ids the stage's ranks would bind (first ``world_size`` visible)."""
+    """Device ids the stage's ranks would bind: the first ``world_size`` visible ones.
+
+    Read when the executor starts, i.e. inside upstream's per-stage device scope.
+    """
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     ids = [t.strip() for t in visible.split(",") if t.strip()] if visible is not None \
         else [str(i) for i in range(visible_device_count())]
     return ids[:world_size]
+
+
+_HARDWARE: list[str] = []
+
+
+def snapshot_hardware() -> list[str]:
+    """Record the fake machine's GPUs (call before upstream touches the environment).
+
+    ``CUDA_VISIBLE_DEVICES=2,3`` means GPUs 2 and 3 exist; unset means GPUs
+    ``0..VLLM_OMNI_STUB_DEVICE_COUNT-1``.
+    """
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    _HARDWARE[:] = [t.strip() for t in visible.split(",") if t.strip()] if visible is not None \
+        else [str(i) for i in range(visible_device_count())]
+    return list(_HARDWARE)
+
+
+def missing_devices(world_size: int) -> list[str]:
+    """Ranks' devices the fake machine does not have (upstream can resolve such a layout:
+    I2V-A14B's generic stage config with ``CUDA_VISIBLE_DEVICES`` unset; a real worker then
+    fails with ``invalid device ordinal``)."""
+    devices = stage_devices(world_size)
+    missing = [d for d in devices if d not in _HARDWARE]
+    missing += [f"rank{r}" for r in range(len(devices), world_size)]
+    return missing
 
 
 def make_capture_executor():
@@ -326,7 +355,7 @@ def make_capture_executor():
 
         def _init_executor(self) -> None:
             world = self.od_config.parallel_config.world_size
-            raise ResolvedConfig(self.od_config, stage_devices(world))
+            raise ResolvedConfig(self.od_config, stage_devices(world), missing_devices(world))
 
         is_dead = True
 
@@ -348,7 +377,7 @@ def make_capture_executor():
 
 
 # --------------------------------------------------------------------------- config summary
-def summarize_od_config(od_config: Any, devices: list[str]) -> dict[str, Any]:
+def summarize_od_config(od_config: Any, devices: list[str], missing: list[str] | None = None) -> dict[str, Any]:
     """The resolved diffusion config as plain JSON (the fields the launcher cares about)."""
     pc = od_config.parallel_config
     quant = getattr(od_config, "quantization_config", None)
@@ -400,6 +429,9 @@ def summarize_od_config(od_config: Any, devices: list[str]) -> dict[str, Any]:
         "distributed_executor_backend": plain(getattr(od_config, "distributed_executor_backend", None)),
         "num_gpus": getattr(od_config, "num_gpus", None),
         "devices": devices,
+        # devices the ranks would bind that the (fake) machine does not have: the real
+        # server accepts this layout at config time and its workers then fail to start
+        "missing_devices": list(missing or []),
     }
 
 

@@ -101,6 +101,7 @@ def run_case(vllm_main, state, case: dict) -> dict:
         else:
             os.environ[key] = value
     state["in_resolve"] = False
+    upstream.snapshot_hardware()
     err = io.StringIO()
     try:
         sys.argv = ["vllm", *argv]
@@ -116,7 +117,7 @@ def run_case(vllm_main, state, case: dict) -> dict:
     except BaseException as exc:  # noqa: BLE001 - report every startup failure
         cause = upstream.root_cause(exc)
         if isinstance(cause, upstream.ResolvedConfig):
-            return {"ok": True, "config": upstream.summarize_od_config(cause.od_config, cause.devices)}
+            return {"ok": True, "config": upstream.summarize_od_config(cause.od_config, cause.devices, cause.missing)}
         if isinstance(exc, KeyboardInterrupt):
             raise
         return {

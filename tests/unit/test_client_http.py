@@ -81,6 +81,7 @@ class Canned:
     def __init__(self, script: dict, port: int = 0) -> None:
         self.script = {k: list(v) for k, v in script.items()}
         self.log: list[dict] = []
+        self.closed = False
         canned = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -90,6 +91,10 @@ class Canned:
                 pass
 
             def _serve(self) -> None:
+                if canned.closed:  # a dead server answers nothing, even on kept-alive connections
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 path = self.path.split("?")[0]
@@ -132,6 +137,9 @@ class Canned:
         return [r for r in self.log if r["method"] == method and (path is None or r["path"] == path)]
 
     def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
         self.server.shutdown()
         self.server.server_close()
 
@@ -671,3 +679,12 @@ def test_download_of_failed_job_422_is_explained(serve):
     with pytest.raises(LauncherError) as info:
         client.download("v")
     assert "no video to download" in info.value.what
+
+
+def test_loopback_server_ignores_proxy_environment(serve, monkeypatch):
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    srv = serve({("GET", "/v1/models"): [(200, {"data": [{"id": "m"}]})]})
+    client, _ = client_for(srv)
+    assert client.models() == ["m"]

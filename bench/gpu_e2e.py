@@ -1,0 +1,197 @@
+"""Real-GPU end-to-end check: OUR supervisor launches the real vLLM-Omni server, OUR client
+generates a clip and decodes it to the IMAGE array, and Stop leaves the GPUs empty.
+
+Runs three configurations on the tiny random-weight Wan2.2 models of the GPU kit:
+TI2V on 1 GPU, TI2V with Ulysses 2, T2V-A14B with CFG parallel 2. Writes a JSON report
+(versions, ready time, job time, our overhead, GPU memory per GPU). See bench/gpu_e2e.sh
+for how it is run on the H200 machine; `--server-cmd` pointing at the stub server lets
+the same driver run on a CPU box (that is how it is checked before GPU time is spent).
+
+usage: python bench/gpu_e2e.py --models DIR --out report.json [--server-cmd CMD] [--only NAME]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _import_package() -> Any:
+    """Import the repo as `vllm_omni_launcher` without installing it (the GPU box has no pip)."""
+    try:
+        import vllm_omni_launcher  # noqa: F401
+    except ImportError:
+        shim = Path("/tmp/vllm_omni_launcher_shim")
+        shim.mkdir(exist_ok=True)
+        link = shim / "vllm_omni_launcher"
+        if not link.exists():
+            link.symlink_to(REPO)
+        sys.path.insert(0, str(shim))
+    import vllm_omni_launcher
+
+    return vllm_omni_launcher
+
+
+CONFIGS = [
+    # name, model folder, gpus, parallel mode, degree
+    ("ti2v_1gpu", "tiny-wan22-ti2v", (0,), "none", 1),
+    ("ti2v_ulysses2", "tiny-wan22-ti2v", (0, 1), "ulysses", 2),
+    ("t2v_a14b_cfg2", "tiny-wan22-t2v-a14b", (0, 1), "cfg", 2),
+]
+REQUEST = dict(width=64, height=64, num_frames=17, fps=8.0, steps=4, seed=42)
+
+
+def gpu_memory_mib() -> Optional[list[int]]:
+    """Used MiB per GPU from nvidia-smi, or None where there is no GPU."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True)
+    return [int(x) for x in out.stdout.split()] if out.returncode == 0 else None
+
+
+def gpu_processes() -> Optional[list[str]]:
+    if not shutil.which("nvidia-smi"):
+        return None
+    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"],
+                         capture_output=True, text=True)
+    return [line for line in out.stdout.splitlines() if line.strip()]
+
+
+def run_config(pkg: Any, name: str, model_dir: Path, gpus: tuple[int, ...], mode: str, degree: int,
+               server_cmd: list[str], extra_env: dict[str, str], data_dir: Path) -> dict[str, Any]:
+    from vllm_omni_launcher.client.api import VideoClient, VideoRequest
+    from vllm_omni_launcher.server.local_config import LocalConfig
+    from vllm_omni_launcher.server.spec import LaunchSpec, ParallelConfig, RuntimeConfig
+    from vllm_omni_launcher.server.supervisor import Supervisor
+
+    spec = LaunchSpec(str(model_dir), gpus=gpus, parallel=ParallelConfig(mode, degree),
+                      runtime=RuntimeConfig(enforce_eager=True))
+    spec.validate()
+    config = LocalConfig(server_command=tuple(server_cmd), data_dir=str(data_dir), extra_env=extra_env,
+                         startup_timeout_s=600)
+    phases: list[str] = []
+
+    def on_status(status: Any) -> None:
+        if not phases or phases[-1] != status.phase:
+            phases.append(status.phase)
+
+    report: dict[str, Any] = {"name": name, "flags": spec.flags(), "gpus": list(gpus), "ok": False}
+    sup = Supervisor(spec, config)
+    t0 = time.monotonic()
+    try:
+        sup.start(on_status=on_status)
+        report["ready_s"] = round(time.monotonic() - t0, 2)
+        report["phases"] = phases
+        report["server_version"] = ".".join(map(str, sup.server_version))
+        client = VideoClient(sup.url, api_key=sup.api_key, served_name=spec.served_name,
+                             server_version=sup.server_version)
+        steps_seen: list[tuple[int, int]] = []
+
+        def on_update(update: Any) -> None:
+            progress = sup.progress()
+            if progress is not None and (not steps_seen or steps_seen[-1] != (progress.step, progress.total)):
+                steps_seen.append((progress.step, progress.total))
+
+        t_job = time.monotonic()
+        result = client.generate(VideoRequest(prompt="a red fox running through snow", **REQUEST),
+                                 on_update=on_update)
+        report["job_s"] = round(time.monotonic() - t_job, 3)
+        frames = result.video.frames
+        report["frames_shape"] = list(frames.shape)
+        report["fps"] = result.video.fps
+        report["frames_dtype"] = str(frames.dtype)
+        report["value_range"] = [round(float(frames.min()), 4), round(float(frames.max()), 4)]
+        report["timings"] = {k: round(v, 4) for k, v in result.timings.items()}
+        report["overhead_s"] = {
+            "detect_after_server_done": result.timings.get("detect_delay"),
+            "download": round(result.timings["downloaded"] - result.timings["job_done"], 4),
+            "decode": round(result.timings["decoded"] - result.timings["downloaded"], 4),
+        }
+        last = sup.progress()
+        report["progress_last"] = None if last is None else {"step": last.step, "total": last.total,
+                                                              "seconds_per_step": last.seconds_per_step}
+        report["progress_steps_seen"] = steps_seen
+        report["gpu_memory_mib_after_job"] = gpu_memory_mib()
+        checks = {
+            "frames": frames.shape == (REQUEST["num_frames"], REQUEST["height"], REQUEST["width"], 3),
+            "float32_0_1": str(frames.dtype) == "float32" and 0.0 <= frames.min() and frames.max() <= 1.0,
+            "fps": abs(result.video.fps - REQUEST["fps"]) < 1e-3,
+            "progress_parsed": last is not None and last.total == REQUEST["steps"] and last.step == last.total,
+            "phases_in_order": phases[-1] == "ready" and "loading" in phases,
+        }
+        report["checks"] = {k: bool(v) for k, v in checks.items()}
+    except Exception as exc:  # the report must say what failed, with the server's own words
+        report["error"] = f"{type(exc).__name__}: {exc}"
+        report["log_tail"] = sup.tail(60)
+    finally:
+        t_stop = time.monotonic()
+        sup.stop()
+        report["stop_s"] = round(time.monotonic() - t_stop, 2)
+        time.sleep(2.0)   # let the driver release the memory the processes held
+        report["gpu_memory_mib_after_stop"] = gpu_memory_mib()
+        report["gpu_processes_after_stop"] = gpu_processes()
+        report["process_group_left"] = sup.alive()
+    empty = report["gpu_processes_after_stop"] in (None, []) and not report["process_group_left"]
+    report.setdefault("checks", {})["gpus_empty_after_stop"] = empty
+    report["ok"] = "error" not in report and all(report["checks"].values())
+    return report
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", required=True, help="folder holding tiny-wan22-ti2v and tiny-wan22-t2v-a14b")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--server-cmd", default=None,
+                        help="server command (default: this python running vllm's CLI main)")
+    parser.add_argument("--data-dir", default="/tmp/vllm-omni-launcher-e2e")
+    parser.add_argument("--only", action="append", default=[], help="run only these configuration names")
+    args = parser.parse_args()
+
+    pkg = _import_package()
+    from vllm_omni_launcher.server import versions
+
+    server_cmd = shlex.split(args.server_cmd) if args.server_cmd else [
+        sys.executable, "-c", "import sys; from vllm.entrypoints.cli.main import main; "
+                              "sys.argv[0] = 'vllm'; sys.exit(main())"]
+    extra_env = {"HF_HUB_OFFLINE": "1"}
+    import os
+    for key in ("PYTHONPATH", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
+        if os.environ.get(key):
+            extra_env[key] = os.environ[key]
+    found = versions.detect(server_cmd, extra_env=extra_env)
+    report: dict[str, Any] = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": " ".join(sys.argv),
+        "server_versions": None if found is None else {"python": found.python, "vllm": found.vllm,
+                                                       "vllm_omni": found.vllm_omni},
+        "gpu_memory_mib_before": gpu_memory_mib(),
+        "request": REQUEST,
+        "configs": [],
+    }
+    for name, folder, gpus, mode, degree in CONFIGS:
+        if args.only and name not in args.only:
+            continue
+        print(f"== {name}", flush=True)
+        result = run_config(pkg, name, Path(args.models) / folder, gpus, mode, degree, server_cmd, extra_env,
+                            Path(args.data_dir))
+        print(json.dumps({k: v for k, v in result.items() if k != "log_tail"}, indent=1, default=str), flush=True)
+        if "log_tail" in result:
+            print("\n".join(result["log_tail"]), flush=True)
+        report["configs"].append(result)
+    report["all_ok"] = bool(report["configs"]) and all(c["ok"] for c in report["configs"])
+    Path(args.out).write_text(json.dumps(report, indent=1, default=str))
+    print(f"all_ok={report['all_ok']} -> {args.out}")
+    return 0 if report["all_ok"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

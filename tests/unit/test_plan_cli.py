@@ -1,0 +1,89 @@
+"""`python -m vllm_omni_launcher plan` and `doctor`: the done-when recommendations through the CLI."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from vllm_omni_launcher.cli import main
+from vllm_omni_launcher.planner.memory import RequestShape, plan
+from vllm_omni_launcher.server.spec import LaunchSpec
+
+CASES = [
+    ("Wan-AI/Wan2.2-TI2V-5B-Diffusers", 1280, 704, 121, "24"),
+    ("Wan-AI/Wan2.2-T2V-A14B-Diffusers", 832, 480, 81, "24,24"),
+    ("Wan-AI/Wan2.2-I2V-A14B-Diffusers", 1280, 720, 81, "80"),
+    ("Wan-AI/Wan2.2-T2V-A14B-Diffusers", 1280, 720, 81, "141,141"),
+]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_CONFIG", str(tmp_path / "none.json"))
+
+
+@pytest.mark.parametrize("model,w,h,f,mem", CASES)
+def test_plan_json_recommends_a_fitting_valid_spec(capsys, model, w, h, f, mem):
+    rc = main(["plan", "--model", model, "--width", str(w), "--height", str(h), "--frames", str(f),
+               "--gpu-memory", mem, "--host-ram", "256", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    rec = out["recommendation"]
+    assert rec and rec["spec"] and not rec["reduced"]
+    spec = LaunchSpec.from_dict(rec["spec"])
+    gpus = [float(x) for x in mem.split(",")]
+    spec.validate(visible_gpus=len(gpus))
+    assert plan(spec, RequestShape(w, h, f), gpus[:spec.parallel.world_size], host_available_gib=256).fits
+    assert rec["plan"]["fits"] is True
+    assert out["plan"]["gpus"][0]["terms"]     # the breakdown of the given (default) spec
+
+
+def test_plan_text_shows_breakdown_and_why(capsys):
+    rc = main(["plan", "--model", "Wan-AI/Wan2.2-I2V-A14B-Diffusers", "--width", "1280", "--height", "720",
+               "--frames", "81", "--gpu-memory", "80", "--host-ram", "256"])
+    text = capsys.readouterr().out
+    assert rc == 0
+    assert "DiT weights" in text and "text encoder" in text and "VAE decode" in text
+    assert "DOES NOT FIT" in text and "Recommended:" in text and "not 1 GPU, no offload" in text
+
+
+def test_plan_no_cfg_and_geforce(capsys):
+    main(["plan", "--model", "Wan-AI/Wan2.2-TI2V-5B-Diffusers", "--width", "832", "--height", "480", "--frames",
+          "81", "--gpu-memory", "2x24", "--gpu-name", "NVIDIA GeForce RTX 4090", "--p2p", "no", "--host-ram", "64",
+          "--json"])
+    rec = json.loads(capsys.readouterr().out)["recommendation"]
+    assert rec["spec"]["parallel"]["mode"] == "cfg"
+    main(["plan", "--model", "Wan-AI/Wan2.2-TI2V-5B-Diffusers", "--no-cfg", "--gpu-memory", "141,141", "--json"])
+    rec = json.loads(capsys.readouterr().out)["recommendation"]
+    assert rec["spec"]["parallel"]["mode"] == "ulysses"
+
+
+def test_plan_rejects_bad_input(capsys):
+    assert main(["plan", "--model", "Wan-AI/Wan2.2-T2V-A14B-Diffusers", "--frames", "80", "--gpu-memory", "80"]) == 2
+    assert "4k+1" in capsys.readouterr().err
+    assert main(["plan", "--model", "Wan-AI/Wan2.2-T2V-A14B-Diffusers", "--gpu-memory", "lots"]) == 2
+
+
+def test_plan_with_invalid_given_spec_still_recommends(capsys):
+    rc = main(["plan", "--model", "Wan-AI/Wan2.2-T2V-A14B-Diffusers", "--parallel", "cfg=3", "--gpu-memory",
+               "141,141", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["spec_error"] and out["plan"] is None and out["recommendation"]["spec"]
+    assert rc == 0
+
+
+def test_doctor_cli_runs_on_this_machine(tmp_path):
+    env = dict(os.environ, VLLM_OMNI_LAUNCHER_CONFIG=str(tmp_path / "none.json"),
+               VLLM_OMNI_LAUNCHER_SERVER_ENV=str(tmp_path / "no-env"))
+    proc = subprocess.run([sys.executable, "-m", "vllm_omni_launcher", "doctor", "--json"], capture_output=True,
+                          text=True, env=env, timeout=120)
+    report = json.loads(proc.stdout)
+    names = {c["name"] for c in report["checks"]}
+    assert {"gpus", "server_env", "port", "host_ram"} <= names
+    assert proc.returncode in (0, 1)
+    text = subprocess.run([sys.executable, "-m", "vllm_omni_launcher", "doctor"], capture_output=True, text=True,
+                          env=env, timeout=120).stdout
+    assert "could not run" in text or "problem(s)" in text
