@@ -277,7 +277,7 @@ class Supervisor:
                     port_retried, preferred_port = True, None       # lost a race for a free port
                     continue
                 if failure.kind in (failures.OOM_LOAD, failures.OOM_JOB) and self.fallback is not None:
-                    nxt = self._next_fallback(spec, failures.OOM_LOAD)
+                    nxt = self._next_fallback(spec, failures.OOM_LOAD)   # a start that OOMs is a load OOM
                     if nxt is not None and nxt[0].fingerprint() not in tried:
                         spec, preferred_port = nxt[0], self._port or preferred_port
                         tried.add(spec.fingerprint())
@@ -297,7 +297,10 @@ class Supervisor:
         if nxt is None:
             return None
         new_spec, note = nxt
-        new_spec.validate()
+        try:
+            new_spec.validate()
+        except LauncherError:
+            return None                      # the planner proposed something that cannot start
         with self._lock:
             self.spec = new_spec
             self._fallback_notes.append(note)
@@ -313,10 +316,10 @@ class Supervisor:
         host = spec.host
         if configured:
             port = configured
-            if not probe.port_available(host, port):
+            if not _wait_port_free(host, port, 10.0 if preferred_port == port else 0.0):
                 raise failures.port_taken(port)
-        elif preferred_port and probe.port_available(host, preferred_port):
-            port = preferred_port
+        elif preferred_port and _wait_port_free(host, preferred_port, 10.0):
+            port = preferred_port     # a restart keeps its URL (nodes hold it in their handles)
         else:
             port = probe.free_port(host)
         if self._key_mode is True:
@@ -788,6 +791,18 @@ class Supervisor:
 
 def _gpus(spec: LaunchSpec) -> str:
     return ",".join(map(str, spec.gpus)) if spec.gpus is not None else "all visible"
+
+
+def _wait_port_free(host: str, port: int, seconds: float) -> bool:
+    """A killed server's listening socket is closed by the kernel a moment after the process
+    is gone (deferred file release), so give the old port a few seconds before giving it up."""
+    deadline = time.monotonic() + seconds
+    while True:
+        if probe.port_available(host, port):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
 
 
 def _check_executable(program: str) -> None:
