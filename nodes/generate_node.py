@@ -1,6 +1,7 @@
 """Generate video: prompt (and image) to IMAGE frames, fps and VIDEO, through a server handle."""
 from __future__ import annotations
 
+import threading
 from typing import Any, Optional
 
 from ..client.api import GenerationCancelled, VideoClient, VideoRequest
@@ -36,7 +37,7 @@ class GenerateVideo:
                 "negative_prompt": ("STRING", {"multiline": True, "default": ""}),
                 "width": ("INT", {"default": 0, "min": 0, "max": 4096, "step": 16, "tooltip": MODEL_DEFAULT}),
                 "height": ("INT", {"default": 0, "min": 0, "max": 4096, "step": 16, "tooltip": MODEL_DEFAULT}),
-                "frames": ("INT", {"default": 0, "min": 0, "max": 1025, "step": 4,
+                "frames": ("INT", {"default": 0, "min": 0, "max": 1025,  # no step: the UI snaps to min + k*step (4k)
                                    "tooltip": "4k+1 frames (81, 121, ...); " + MODEL_DEFAULT}),
                 "fps": ("FLOAT", {"default": 0.0, "min": 0.0, "max": 120.0, "step": 1.0, "tooltip": MODEL_DEFAULT}),
                 "steps": ("INT", {"default": 0, "min": 0, "max": 200, "tooltip": MODEL_DEFAULT}),
@@ -102,16 +103,26 @@ class GenerateVideo:
         def on_update(update: Any) -> None:
             if sup is not None:
                 sup.mark_job_activity()
-            tracker.on_update(update)
+            try:
+                tracker.on_update(update)      # ComfyUI's ProgressBar raises here on Cancel
+            except Exception as exc:
+                if comfy_bridge.is_interrupt_exception(exc):
+                    raise GenerationCancelled(update.job_id, update.status) from exc
+                raise
 
         try:
             result = client.generate(request, on_update=on_update, should_cancel=comfy_bridge.interrupted)
         except GenerationCancelled as cancelled:
-            if sup is not None:
-                comfy_bridge.send_status("Cancelled; making sure the GPU stops…", unique_id)
-                sup.hard_cancel(cancelled.job_id)
+            if sup is not None and cancelled.job_id:
+                # Upstream cannot stop a running Wan denoise; the supervisor restarts the server if the
+                # GPU is still busy after a grace period. In the background: the node ends now.
+                comfy_bridge.send_status("Cancelled. The server is restarted if the GPU keeps working on it.",
+                                         unique_id)
+                threading.Thread(target=sup.hard_cancel, args=(cancelled.job_id,), daemon=True,
+                                 name="vllm-omni-hard-cancel").start()
             comfy_bridge.raise_interrupted()
             raise
+        tracker.finish()
         timings = result.timings
         progress.learn(server.url, server.family_key, units, timings.get("running", 0.0))
         video = result.video

@@ -78,3 +78,7 @@ class JobProgress:
         else:
             self.bar.update_absolute(0, self.steps)
             self.send_text(f"Running {_clock(update.running_s)} (first job on this server: no estimate yet)")
+
+    def finish(self) -> None:
+        """The job is done: fill the bar (the last poll may have come before the last step)."""
+        self.bar.update_absolute(self.steps, self.steps)

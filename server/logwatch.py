@@ -234,12 +234,15 @@ class ProgressTracker:
                 return False
             now = self._clock()
             cur = self._current
-            if cur is not None and (cur.done or cur.aborted) and (bar.step, bar.total) == (cur.step, cur.total):
-                return False          # tqdm's closing redraw of a run that already ended
-            # A redraw at 0/N starts a run, unless the run in flight is itself still at 0/N (the
-            # same redraw seen twice: once early, unterminated, and once complete).
-            new_run = (cur is None or cur.aborted or cur.done or bar.total != cur.total or bar.step < cur.step
+            # A new run: another total, a step going back, or 0/N after progress. A second 0/N
+            # while the run is still at 0/N is the same redraw seen twice (early, unterminated,
+            # then complete).
+            new_run = (cur is None or bar.total != cur.total or bar.step < cur.step
                        or (bar.step == 0 and cur.step > 0))
+            if not new_run and cur is not None and (cur.done or cur.aborted):
+                # tqdm's closing redraw of a finished run, or a cancelled/failed run that the
+                # GPU is still finishing (upstream cannot interrupt a Wan denoise)
+                return False
             if new_run:
                 run_id = self._next_run
                 self._next_run += 1

@@ -5,67 +5,91 @@ Usage (server python, i.e. the venv with vllm==0.30.0 and vllm-omni==0.30.0)::
 
     python tests/contract/stub_vllm_serve.py serve Wan-AI/Wan2.2-T2V-A14B-Diffusers --omni --port 8091 [flags]
 
-The argv after the script name is exactly what the ``vllm`` console script receives;
-it is handed to ``vllm.entrypoints.cli.main.main`` unchanged, so parsing (including
-``error: unrecognized arguments``, exit 2), ``OmniServeCommand.validate``, the config
-resolution, ``AsyncOmni``/``AsyncOmniEngine``/Orchestrator/``StageRuntime``,
-``InlineStageDiffusionClient``, ``DiffusionEngine`` (scheduler, Wan pre-/post-processing
-hooks, warm-up, abort), the FastAPI app (routes, auth middleware, multipart parsing,
-validation, job store, MP4 encoder, storage) and uvicorn are all upstream code.
+The argv after the script name is exactly what the ``vllm`` console script receives; it
+is handed unchanged to ``vllm.entrypoints.cli.main.main`` (the function the ``vllm``
+script runs), so all of this is upstream code, executed as on a GPU machine:
+argparse (``error: unrecognized arguments``, exit 2), ``OmniServeCommand.validate``,
+config resolution, ``AsyncOmni`` / ``AsyncOmniEngine`` / Orchestrator / ``StageRuntime`` /
+``build_diffusion_config`` (device check), ``InlineStageDiffusionClient``,
+``DiffusionEngine`` (request scheduler, the Wan pre-processing hook that rejects an I2V
+request without image, warm-up, abort handling, output formatting), the FastAPI app
+(routes, ``--api-key``/``VLLM_API_KEY`` middleware, multipart parsing, validation, job
+store, MP4 encoder, storage), uvicorn, and the shutdown path.
 
-What is replaced, and why (details in ``upstream.py``)
-------------------------------------------------------
-* ``huggingface_hub``'s HTTP client (``huggingface_hub.set_client_factory``): a
-  fixture-backed fake Hub serving ``tests/contract/fixtures/hf/Wan-AI/*`` (config JSON
-  only, no weights). CI cannot download 100 GB of Wan weights, and the stub needs none.
-  Unknown repos get the Hub's 401 ``RepoNotFound`` answer, so upstream raises its own
-  ``Repository not found for '<id>'`` error.
-* ``vllm_omni.platforms.current_omni_platform``: ``device_control_env_var`` is
-  ``CUDA_VISIBLE_DEVICES`` and ``get_device_count()`` counts its ids (or
-  ``VLLM_OMNI_STUB_DEVICE_COUNT``, default 1, when unset); there is no GPU to count.
-* ``DiffusionExecutor.get_class`` (``vllm_omni/diffusion/executor/abstract.py``): the real
-  function still validates ``--distributed-executor-backend``, then the
-  :class:`StubGpuExecutor` below is returned instead of ``UniProcDiffusionExecutor`` /
-  ``MultiprocDiffusionExecutor``.  That executor is the whole fake "GPU": it implements
-  the ``DiffusionExecutor`` interface the real ``DiffusionEngine`` drives
-  (``execute_request``/``execute_batch``/``execute_step``, ``collective_rpc``,
-  ``check_health``, ``register_failure_callback``, ``shutdown``, ``is_dead``), prints the
-  worker-side phase lines a real worker prints (same logger, same source file/line in the
-  record, no ``(APIServer pid=..)`` prefix when the real backend would be the
-  multi-process one), and for each request does what ``Wan22Pipeline.forward`` /
-  ``Wan22I2VPipeline.forward`` decide before touching the GPU: size flooring to
-  ``vae_scale_factor_spatial * patch_size`` (A14B /16, TI2V-5B /32) or, for I2V, the
-  ``divisible by 16`` check; ``num_frames`` rewritten to ``n//4*4+1``; 40 default steps;
-  ``boundary_ratio`` warning; ``sample_solver`` / ``flow_shift`` / guidance validation
-  through the real ``resolve_wan_*`` helpers.  The denoise loop is the real
-  ``ProgressBarMixin.progress_bar`` (tqdm on stderr, rank 0) with one step per
-  ``VLLM_OMNI_STUB_STEP_S``; frames are ``frame_code.encode(i, seed, w, h)``, returned as
-  the decoded-video media a Wan VAE returns (BCTHW, [-1, 1], bf16) and prepared with the
-  runner's real ``prepare_diffusion_media_for_transport``.  DELETE of a running job
-  behaves as upstream because it *is* upstream: the engine cannot interrupt
-  ``execute_request`` (Wan has no cooperative cancel), so the steps keep printing until
-  they end and the output is dropped.
+Replaced (the seams; see ``upstream.py`` for the first two)
+----------------------------------------------------------
+1. ``huggingface_hub``'s HTTP client, via its own hook ``set_client_factory``: a fake Hub
+   answering from ``tests/contract/fixtures/hf/Wan-AI/*`` (config JSON only).  Why: no
+   network, no 100 GB of weights; the stub needs the configs only.  The model id stays the
+   HF id everywhere; an unknown id gets the Hub's 401 ``RepoNotFound`` answer, so upstream
+   raises its own ``Repository not found for '<id>'``.
+2. The device inventory of ``vllm_omni.platforms.current_omni_platform``
+   (``device_control_env_var``, ``device_name``, ``get_device_count``).  Why: there is no
+   GPU to count.  The machine's GPUs are those in ``CUDA_VISIBLE_DEVICES`` at start (or
+   ``0..VLLM_OMNI_STUB_DEVICE_COUNT-1``, default 1, when unset).
+3. ``DiffusionExecutor.get_class`` (``vllm_omni/diffusion/executor/abstract.py``), the
+   factory ``DiffusionEngine`` uses for the object that owns the GPU workers.  The real
+   function still runs (an invalid ``--distributed-executor-backend`` fails as upstream);
+   then :class:`StubGpuExecutor` is returned instead of ``UniProcDiffusionExecutor`` /
+   ``MultiprocDiffusionExecutor``.  Why: this is the GPU.  It implements the
+   ``DiffusionExecutor`` interface the engine drives: ``execute_request`` /
+   ``execute_batch`` / ``execute_step``, ``collective_rpc``, ``check_health``,
+   ``register_failure_callback``, ``is_dead``, ``shutdown``.
+
+What the fake GPU does
+----------------------
+* Start: prints the worker-side lines a real worker prints (``Worker N: Initialized
+  device...``, real ``prefetch_subfolders`` against the fake Hub, ``Multi-thread loading
+  shards``, ``Loading weights took``, ``Model loading took X GiB and Y seconds`` with a
+  size estimated from the configs, ``Model runner: Model loaded successfully.``, compile
+  notes, ``Initialization complete``) through the real module loggers with the real
+  source file/line in the record; without the ``(APIServer pid=..)`` prefix when the real
+  backend would be the multi-process one (worker processes).  A rank bound to a GPU the
+  machine lacks fails like CUDA (``invalid device ordinal``).
+* Per request, what ``Wan22Pipeline.forward`` / ``Wan22I2VPipeline.forward`` decide before
+  the GPU work: size floored to ``vae.scale_factor_spatial * patch_size`` (A14B /16,
+  TI2V-5B /32) or, for I2V, the ``divisible by 16`` error; ``num_frames`` -> ``n//4*4+1``;
+  40 steps by default; the ``boundary_ratio is required`` warning; validation through the
+  real ``resolve_wan_sample_solver`` / ``resolve_wan_flow_shift`` /
+  ``resolve_wan_guidance_scales``.  The denoise loop is the real
+  ``ProgressBarMixin.progress_bar`` (tqdm, default format, on stderr) with one step per
+  ``VLLM_OMNI_STUB_STEP_S``.  Frames: ``frame_code.encode(i, seed, w, h)``, returned as
+  the decoded video a Wan VAE returns (BCTHW, [-1, 1], bf16) after the runner's real
+  ``prepare_diffusion_media_for_transport``.  Exceptions become the request's error
+  output, as in ``UniProcDiffusionExecutor.execute_request``.
+* DELETE of a running job is upstream's: the engine cannot interrupt ``execute_request``
+  (Wan has no cooperative cancel), so the steps keep printing to the end and the output
+  is dropped.
 
 Fault knobs (environment, read at start)
 ----------------------------------------
-``VLLM_OMNI_STUB_LOAD_DELAY_S``   seconds of "weight loading" (port refuses meanwhile).
+``VLLM_OMNI_STUB_LOAD_DELAY_S``   seconds of "weight loading" (the port refuses meanwhile).
 ``VLLM_OMNI_STUB_STEP_S``         seconds per denoise step (default 0.02).
-``VLLM_OMNI_STUB_OOM_AT_LOAD=1``  torch CUDA OOM while loading -> stage init fails, exit 1.
-``VLLM_OMNI_STUB_OOM_UNLESS=f[,f]`` same, unless one of the flags is in argv.
-``VLLM_OMNI_STUB_OOM_IN_JOB=N``   job N raises the CUDA OOM mid-denoise (job failed, 500).
-``VLLM_OMNI_STUB_CRASH_AFTER_JOBS=N`` once job N is completed, the engine dies and the
-                                  process exits 1 (children killed first).
-``VLLM_OMNI_STUB_HANG_AFTER_JOBS=N``  once job N is completed, the API event loop blocks
-                                  forever: requests hang, SIGTERM is not acted on (as a
-                                  wedged uvicorn), SIGKILL works.
+``VLLM_OMNI_STUB_OOM_AT_LOAD=1``  torch CUDA OOM while loading: stage init fails, exit 1.
+``VLLM_OMNI_STUB_OOM_UNLESS=f[,f]`` the same, unless one of these flags is in argv.
+``VLLM_OMNI_STUB_OOM_IN_JOB=N``   job N (1-based, warm-up excluded) raises the CUDA OOM
+                                  mid-denoise: that job fails (500), the server stays up.
+``VLLM_OMNI_STUB_CRASH_AFTER_JOBS=N`` once job N completed (async: its MP4 is stored),
+                                  the engine dies: worker-death lines, the real failure
+                                  callbacks, an ``EngineDeadError`` line, children killed,
+                                  exit 1.
+``VLLM_OMNI_STUB_HANG_AFTER_JOBS=N``  once job N completed, the API event loop blocks for
+                                  good: requests hang, SIGTERM is not acted on (a wedged
+                                  server), SIGKILL works.
 ``VLLM_OMNI_STUB_HANG_IN_JOB=1``  every job stalls after its first step, forever.
-``VLLM_OMNI_STUB_FAULT_GRACE_S``  delay between job N's output being stored and the crash
-                                  / hang (default 1.0), so a poller can see it completed.
-``VLLM_OMNI_STUB_DEVICE_COUNT``   devices when ``CUDA_VISIBLE_DEVICES`` is unset (default 1).
+``VLLM_OMNI_STUB_FAULT_GRACE_S``  delay between job N completing and the crash / hang
+                                  (default 1.0), so a poller sees it completed.
+``VLLM_OMNI_STUB_DEVICE_COUNT``   GPUs when ``CUDA_VISIBLE_DEVICES`` is unset (default 1).
 
 The process writes ``STUB_PID=<pid>`` to stderr first.  Unless
 ``VLLM_OMNI_SERVER_STORAGE__PATH`` (or the deprecated ``VLLM_OMNI_STORAGE_PATH``) is set,
-job files go to a per-process temporary directory, removed at exit.
+job files go to a per-process temporary directory, removed at exit.  Logs: upstream's
+logger writes to stdout, tqdm and tracebacks to stderr.
+
+Not emulated: deploy YAMLs with ``num_replicas > 1`` or multi-stage pipelines (upstream
+spawns ``StageDiffusionProc`` processes, which do not get these seams); sleep/wake-up and
+LoRA RPCs answer trivially; a request batch (``max_num_seqs > 1``) runs one request after
+the other instead of as one forward.
 """
 from __future__ import annotations
 
@@ -211,6 +235,17 @@ def _source_line(path: str, needle: str) -> int:
     return _LINE_CACHE[key]
 
 
+def _module_path(module: str) -> str:
+    """Source file of ``module`` without importing it (its logger name is the module name)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        spec = None
+    return spec.origin if spec is not None and spec.origin else module.replace(".", "/") + ".py"
+
+
 class WorkerLog:
     """Log records that look as if the real worker module had emitted them.
 
@@ -222,10 +257,8 @@ class WorkerLog:
         self.separate_process = separate_process
 
     def emit(self, module: str, level: int, needle: str, msg: str, *args: object) -> None:
-        import importlib
-
-        mod = sys.modules.get(module) or importlib.import_module(module)
-        path = getattr(mod, "__file__", module)
+        mod = sys.modules.get(module)
+        path = getattr(mod, "__file__", None) or _module_path(module)
         logger = logging.getLogger(module)
         if not logger.isEnabledFor(level):
             return
@@ -703,8 +736,12 @@ class StubGpuExecutor(DiffusionExecutor):
         return media, peak_mb
 
 
+# Module level on purpose: upstream's stage subprocesses (multiprocessing "spawn") re-import
+# this script as ``__mp_main__``, so they get the same seams.
+upstream.install_executor(StubGpuExecutor)
+
+
 def main() -> int:
-    upstream.install_executor(StubGpuExecutor)
     sys.argv = ["vllm", *ARGV]
     result = vllm_main()
     return result if isinstance(result, int) else 0

@@ -17,11 +17,14 @@ copies upstream logic, it only replaces what a CPU-only CI machine does not have
    machine that downloads it, and an unknown id fails with upstream's own
    ``Repository not found for '<id>'`` path.
 2. The device inventory (hardware seam).  ``vllm_omni.platforms.current_omni_platform``
-   keeps its class (CPU machine: ``UnspecifiedOmniPlatform``) but reports
-   ``device_control_env_var = "CUDA_VISIBLE_DEVICES"`` and
-   ``get_device_count() = `` the number of ids in ``CUDA_VISIBLE_DEVICES`` (or
-   ``VLLM_OMNI_STUB_DEVICE_COUNT``, default 1, when that variable is unset), which is
-   what ``build_diffusion_config`` reads for its device check.
+   keeps its class (CPU machine: ``UnspecifiedOmniPlatform``) but reports what a CUDA
+   platform reports for device visibility: ``device_control_env_var =
+   "CUDA_VISIBLE_DEVICES"``, ``device_name = "cuda"`` and ``get_device_count() =`` the
+   number of ids in ``CUDA_VISIBLE_DEVICES`` (or ``VLLM_OMNI_STUB_DEVICE_COUNT``, default
+   1, when that variable is unset), which is what ``build_diffusion_config`` reads for its
+   device check.  :func:`snapshot_hardware` records those GPUs as the fake machine's, so
+   a layout that binds other GPUs can be reported (resolver) or refused at worker start
+   (stub) like CUDA's ``invalid device ordinal``.
 3. The diffusion executor (GPU seam).  ``DiffusionExecutor.get_class`` still runs (so an
    invalid ``--distributed-executor-backend`` fails as upstream) but returns the class
    the caller installs: the stub server's fake GPU executor, or the resolver's
@@ -273,6 +276,8 @@ def install_device_inventory() -> None:
     class StubDeviceInventory(base):  # type: ignore[misc, valid-type]
         _stub_device_inventory = True
         device_control_env_var = "CUDA_VISIBLE_DEVICES"
+        # what CudaPlatform reports; selects ``platforms: cuda:`` sections of deploy YAMLs
+        device_name = "cuda"
 
         @classmethod
         def get_device_count(cls) -> int:

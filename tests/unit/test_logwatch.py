@@ -110,7 +110,8 @@ def test_new_run_per_bar_and_run_ids_keep_counting() -> None:
     tracker.feed(" 50%|          | 1/2 [00:01<00:01,  1.00it/s]")
     tracker.abort_current()
     assert not tracker.feed(" 50%|          | 1/2 [00:01<00:01,  1.00it/s]")
-    assert tracker.current().run_id == 2 and tracker.current().aborted
+    assert not tracker.feed("100%|          | 2/2 [00:02<00:00,  1.00it/s]"), "an aborted run's GPU tail"
+    assert tracker.current().run_id == 2 and tracker.current().aborted and tracker.current().step == 1
     tracker.feed("  0%|          | 0/2 [00:00<?, ?it/s]")
     tracker.feed("100%|          | 2/2 [00:02<00:00,  1.00it/s]")
     assert tracker.current().run_id == 3 and tracker.current().done

@@ -1,0 +1,249 @@
+"""Start a real ComfyUI with this pack, and drive its HTTP API and its web page.
+
+Used by ``run_real_comfyui.py`` (the check) and ``make_workflows.py`` (the template
+generator). No pytest needed. The ComfyUI checkout is never modified: it runs with
+``--base-directory`` pointing at a temporary folder whose ``custom_nodes/vllm_omni_launcher``
+is a symlink to this repository, and whose ``input/`` holds ComfyUI's own ``example.png``.
+
+Browser: Playwright's Python package driving a system Chromium (``CHROMIUM`` or the first of
+chromium / chromium-browser / google-chrome on PATH). ``playwright install`` is never needed.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Optional
+
+REPO = Path(__file__).resolve().parents[2]          # the pack (repository root)
+PACK_NAME = "vllm_omni_launcher"                   # the folder name ComfyUI loads it under
+WORKFLOWS = REPO / "workflows"
+OUR_NODES = ("VLLMOmniLoadModel", "VLLMOmniServingConfig", "VLLMOmniLocalServer", "VLLMOmniRemoteServer",
+             "VLLMOmniGenerateVideo", "VLLMOmniStopServer", "VLLMOmniServerStatus", "VLLMOmniDoctor")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def comfyui_version(comfy_dir: Path) -> str:
+    text = (comfy_dir / "comfyui_version.py").read_text()
+    return text.split("__version__ =", 1)[1].strip().strip("\"'") if "__version__ =" in text else "unknown"
+
+
+class ComfyUI:
+    """One ComfyUI server process (its own process group) on a free port."""
+
+    def __init__(self, comfy_dir: Path, python: str, env: Mapping[str, str], port: Optional[int] = None) -> None:
+        self.comfy_dir = Path(comfy_dir).resolve()
+        self.python = python
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.base = Path(tempfile.mkdtemp(prefix="comfyui-base-"))
+        (self.base / "custom_nodes").mkdir()
+        (self.base / "custom_nodes" / PACK_NAME).symlink_to(REPO, target_is_directory=True)
+        (self.base / "input").mkdir()
+        (self.base / "output").mkdir()
+        (self.base / "user").mkdir()
+        example = self.comfy_dir / "input" / "example.png"
+        if example.is_file():
+            shutil.copy2(example, self.base / "input" / "example.png")
+        self.log_path = self.base / "comfyui.log"
+        child_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # as a user's ComfyUI runs
+        child_env.update(env)
+        child_env["PYTHONUNBUFFERED"] = "1"
+        self.argv = [python, str(self.comfy_dir / "main.py"), "--cpu", "--listen", "127.0.0.1",
+                     "--port", str(self.port), "--base-directory", str(self.base),
+                     "--disable-all-custom-nodes", "--whitelist-custom-nodes", PACK_NAME,
+                     "--disable-auto-launch", "--database-url", "sqlite:///:memory:"]
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(self.argv, cwd=str(self.comfy_dir), stdin=subprocess.DEVNULL,
+                                     stdout=self._log, stderr=subprocess.STDOUT, env=child_env,
+                                     start_new_session=True)
+
+    # -- process --------------------------------------------------------------------------
+    @property
+    def output_dir(self) -> Path:
+        return self.base / "output"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 300.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ComfyUI exited with {self.proc.returncode}; log:\n{self.log()[-6000:]}")
+            with contextlib.suppress(OSError):
+                self.get("/system_stats", timeout=2)
+                return
+            time.sleep(0.5)
+        raise TimeoutError(f"ComfyUI not answering after {timeout:.0f}s; log:\n{self.log()[-6000:]}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        self._log.close()
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.base, ignore_errors=True)
+
+    # -- HTTP -----------------------------------------------------------------------------
+    def get(self, path: str, timeout: float = 30) -> Any:
+        with urllib.request.urlopen(self.url + path, timeout=timeout) as r:
+            body = r.read()
+        return json.loads(body) if body[:1] in (b"{", b"[") else body
+
+    def get_bytes(self, path: str, timeout: float = 60) -> bytes:
+        with urllib.request.urlopen(self.url + path, timeout=timeout) as r:
+            return r.read()
+
+    def post(self, path: str, payload: Any, timeout: float = 30) -> tuple[int, Any]:
+        req = urllib.request.Request(self.url + path, data=json.dumps(payload).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.status, json.loads(r.read() or b"null")
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"null")
+
+    def view_url(self, filename: str, subfolder: str, kind: str) -> str:
+        query = urllib.parse.urlencode({"filename": filename, "subfolder": subfolder, "type": kind})
+        return "/view?" + query
+
+    def wait_history(self, prompt_id: str, timeout: float) -> dict:
+        """The /history entry of a prompt once it has finished (completed or failed)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ComfyUI exited with {self.proc.returncode}; log:\n{self.log()[-6000:]}")
+            entry = self.get(f"/history/{prompt_id}").get(prompt_id)
+            if entry and entry.get("status", {}).get("completed") is not None and (
+                    entry["status"]["completed"] or entry["status"].get("status_str") == "error"):
+                return entry
+            time.sleep(1.0)
+        raise TimeoutError(f"prompt {prompt_id} not finished after {timeout:.0f}s; log tail:\n{self.log()[-6000:]}")
+
+
+@contextlib.contextmanager
+def running_comfyui(comfy_dir: Path, python: str, env: Mapping[str, str], keep: bool = False) -> Iterator[ComfyUI]:
+    comfy = ComfyUI(comfy_dir, python, env)
+    try:
+        comfy.wait_ready()
+        yield comfy
+    finally:
+        comfy.stop()
+        if not keep:
+            comfy.cleanup()
+
+
+def pack_import_problems(log: str) -> list[str]:
+    """Lines of ComfyUI's log saying our pack failed to import (other packs' failures are not ours)."""
+    bad = []
+    for line in log.splitlines():
+        mentions_us = f"custom_nodes/{PACK_NAME}" in line or line.strip().endswith(PACK_NAME)
+        if mentions_us and ("IMPORT FAILED" in line or "Cannot import" in line):
+            bad.append(line.strip())
+    return bad
+
+
+def find_chromium() -> str:
+    explicit = os.environ.get("CHROMIUM")
+    if explicit:
+        return explicit
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        found = shutil.which(name)
+        if found:
+            return found
+    raise RuntimeError("No Chromium found: install it (Debian: apt-get install chromium) or set CHROMIUM")
+
+
+@contextlib.contextmanager
+def browser_page(url: str, width: int = 1280, height: int = 800) -> Iterator[tuple[Any, list]]:
+    """A headless Chromium page on ComfyUI's front end, after the app has loaded its node definitions.
+
+    Yields (page, console): console collects ("error"|"pageerror"|..., text, url) tuples.
+    """
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as exc:
+        raise RuntimeError("The browser check needs the 'playwright' Python package (pip install playwright; "
+                           "a system Chromium is used, no 'playwright install')") from exc
+    user_dir = tempfile.mkdtemp(prefix="chromium-profile-")
+    try:
+        with sync_playwright() as p:
+            ctx = p.chromium.launch_persistent_context(
+                user_dir, executable_path=find_chromium(), headless=True, args=CHROMIUM_ARGS,
+                viewport={"width": width, "height": height})
+            try:
+                page = ctx.pages[0] if ctx.pages else ctx.new_page()
+                console: list = []
+                page.on("console", lambda m: console.append((m.type, m.text, (m.location or {}).get("url", ""))))
+                page.on("pageerror", lambda e: console.append(("pageerror", str(e), "")))
+                page.on("requestfailed", lambda r: console.append(("requestfailed", r.failure or "", r.url)))
+                page.on("response", lambda r: console.append(("http", str(r.status), r.url))
+                        if r.status >= 400 else None)
+                page.goto(url, wait_until="domcontentloaded", timeout=120_000)
+                page.wait_for_function(
+                    "() => window.app && window.app.graph && window.LiteGraph && "
+                    "window.LiteGraph.registered_node_types['VLLMOmniGenerateVideo'] !== undefined",
+                    timeout=180_000)
+                page.wait_for_timeout(1500)   # let the first (default) workflow settle
+                yield page, console
+            finally:
+                ctx.close()
+    finally:
+        shutil.rmtree(user_dir, ignore_errors=True)
+
+
+# Evaluated in the page: load one UI workflow the way the template browser does, and report
+# what the front end made of it.
+LOAD_AND_INSPECT_JS = """async ([graph, name]) => {
+  await app.loadGraphData(graph, true, true, name);
+  await new Promise(r => setTimeout(r, 800));
+  const dialogs = Array.from(document.querySelectorAll('.p-dialog')).map(d => d.innerText.slice(0, 500));
+  const nodes = app.graph._nodes.map(n => ({
+    id: n.id, type: n.type, registered: LiteGraph.registered_node_types[n.type] !== undefined,
+    has_errors: !!n.has_errors,
+    widgets: (n.widgets || []).map(w => [w.name, w.value]),
+  }));
+  const prompt = await app.graphToPrompt();
+  return {dialogs, nodes, api: prompt.output, workflow: JSON.stringify(prompt.workflow)};
+}"""
+
+
+def close_dialogs(page: Any) -> None:
+    page.evaluate("() => { try { window.app.extensionManager.dialog.closeDialog(); } catch (e) {} }")
+    page.keyboard.press("Escape")
+
+
+if __name__ == "__main__":   # manual use: start ComfyUI with the pack and keep it up until Ctrl-C
+    comfy_dir = Path(os.environ.get("COMFYUI_DIR", "")).expanduser()
+    if not (comfy_dir / "main.py").is_file():
+        sys.exit("set COMFYUI_DIR to a ComfyUI checkout")
+    with running_comfyui(comfy_dir, os.environ.get("COMFYUI_PYTHON", sys.executable), {}) as c:
+        print(c.url, c.base, flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            c.proc.wait()

@@ -1,0 +1,240 @@
+"""(Re)build the shipped templates in ``workflows/`` with ComfyUI's own front end.
+
+Each template is described below by node types, widget values *by name* and links. The
+script starts a real ComfyUI with this pack (``COMFYUI_DIR``), creates every node in the
+browser with ``LiteGraph.createNode``, sets the widgets, connects the links, then writes:
+
+* ``workflows/<name>.json``          what the front end's Export writes (``app.graphToPrompt().workflow``
+                                     plus the view; UI format 0.4, positional ``widgets_values``);
+* ``workflows/api/<name>.api.json``  what Export (API) writes (``app.graphToPrompt().output``).
+
+The API twins live in ``workflows/api/`` because ComfyUI lists every ``workflows/*.json`` as
+a template, and an API-format file is not a graph the editor can open.
+
+Usage::
+
+    COMFYUI_DIR=/path/to/ComfyUI python tests/comfyui/make_workflows.py [--python PY]
+
+Then review the diff, and when a template is released, copy it to
+``tests/unit/released_workflows/`` (``--freeze``): that frozen copy must keep loading.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from comfy_harness import WORKFLOWS, browser_page, running_comfyui  # noqa: E402
+
+RELEASED = Path(__file__).resolve().parents[1] / "unit" / "released_workflows"
+TI2V, T2V, I2V = ("Wan-AI/Wan2.2-TI2V-5B-Diffusers", "Wan-AI/Wan2.2-T2V-A14B-Diffusers",
+                  "Wan-AI/Wan2.2-I2V-A14B-Diffusers")
+NEGATIVE = "blurry, low quality, distorted faces, jitter, flicker, watermark, text, static frame"
+SETUP = ("Setup: the vLLM-Omni server runs in its own Python environment (server/create_server_env.sh); "
+         "point the launcher at it in the local config (vllm_omni_launcher.json in ComfyUI's user folder, "
+         "or VLLM_OMNI_LAUNCHER_SERVER_ENV). The first start downloads the model from Hugging Face into "
+         "the HF cache; pick a local folder in Load model to skip that.")
+RECOMMENDED = ("Generate video: 0 (or -1) means the model's recommended value")
+
+
+def _serving(gpus: str, mode: str, degree: int = 2, vae_patch: int = 1) -> dict:
+    return {"gpus": gpus, "parallel_mode": mode, "parallel_degree": degree, "vae_patch_parallel": vae_patch,
+            "offload": "none", "fp8": False, "vae_tiling": False, "cache_backend": "none", "compile": True,
+            "keep_alive_minutes": 0, "auto_fallback": True}
+
+
+def _generate(prompt: str, seed: int) -> dict:
+    return {"prompt": prompt, "negative_prompt": NEGATIVE, "width": 0, "height": 0, "frames": 0, "fps": 0,
+            "steps": 0, "guidance": -1, "guidance_2": -1, "boundary_ratio": -1, "flow_shift": -1, "seed": seed,
+            "control_after_generate": "randomize"}
+
+
+def _save(prefix: str) -> dict:
+    return {"filename_prefix": prefix, "format": "auto", "codec": "auto"}
+
+
+# Layout (canvas units): note top left, model + serving below it, server/image in the middle
+# column, Generate video and Save video to the right.
+def _local_template(note: str, model: str, serving: dict, prompt: str, seed: int, prefix: str,
+                    with_image: bool) -> dict:
+    nodes = [
+        {"key": "note", "type": "Note", "pos": [40, 40], "size": [440, 250], "widgets": {"text": note}},
+        {"key": "model", "type": "VLLMOmniLoadModel", "pos": [40, 330], "size": [440, 60],
+         "widgets": {"model": model}},
+        {"key": "serving", "type": "VLLMOmniServingConfig", "pos": [40, 440], "size": [440, 320],
+         "widgets": serving},
+        {"key": "server", "type": "VLLMOmniLocalServer", "pos": [530, 330], "size": [270, 50], "widgets": {}},
+        {"key": "generate", "type": "VLLMOmniGenerateVideo", "pos": [850, 40], "size": [420, 640],
+         "widgets": _generate(prompt, seed)},
+        {"key": "save", "type": "SaveVideo", "pos": [1320, 40], "size": [420, 480], "widgets": _save(prefix)},
+    ]
+    links = [["model", "model", "server", "model"], ["serving", "serving", "server", "serving"],
+             ["server", "server", "generate", "server"], ["generate", "video", "save", "video"]]
+    if with_image:
+        nodes.append({"key": "image", "type": "LoadImage", "pos": [530, 440], "size": [270, 330],
+                      "widgets": {"image": "example.png"}})
+        links.append(["image", "IMAGE", "generate", "image"])
+    return {"nodes": nodes, "links": links}
+
+
+TEMPLATES: dict[str, dict] = {
+    "wan22_ti2v_5b_text_to_video": _local_template(
+        "Wan2.2 TI2V-5B: text to video on one GPU\n\n"
+        "Needs: one NVIDIA GPU with 24 GB or more. Serving config 'auto' lets the memory planner pick the "
+        "fastest setup that fits (on a 24 GB card: layerwise offload + VAE tiling, slower; 48 GB or more runs "
+        "without offload). Model download: Wan-AI/Wan2.2-TI2V-5B-Diffusers, about 23 GB.\n\n"
+        + RECOMMENDED + ": 1280x704, 121 frames at 24 fps, 50 steps. Sizes must be multiples of 32, frames 4k+1.\n\n"
+        + SETUP,
+        TI2V, _serving("auto", "auto"),
+        "A red fox trotting through fresh snow in a birch forest at sunrise, soft golden light, "
+        "slow tracking shot, cinematic", 42, "video/wan22_ti2v_5b", with_image=False),
+    "wan22_ti2v_5b_image_to_video": _local_template(
+        "Wan2.2 TI2V-5B: image to video on one GPU\n\n"
+        "Needs: one NVIDIA GPU with 24 GB or more ('auto' plans offload/tiling to fit). Model download: "
+        "Wan-AI/Wan2.2-TI2V-5B-Diffusers, about 23 GB.\n\n"
+        "Load image uses example.png from ComfyUI's input folder: upload your own start frame there. "
+        "The prompt describes the motion.\n\n"
+        + RECOMMENDED + ": 1280x704, 121 frames at 24 fps, 50 steps.\n\n" + SETUP,
+        TI2V, _serving("auto", "auto"),
+        "A hand-drawn cartoon girl with big yellow hair waves her arms and dances on a green hill under a "
+        "blue sky, clouds drifting by, simple crayon animation", 42, "video/wan22_ti2v_5b_i2v", with_image=True),
+    "wan22_t2v_a14b_2gpu_ulysses": _local_template(
+        "Wan2.2 T2V-A14B: text to video on two GPUs (Ulysses sequence parallel)\n\n"
+        "Needs: two NVIDIA GPUs with 80 GB or more each, NVLink recommended: planned peak about 74 GiB per "
+        "GPU at 832x480, 81 frames. Serving: gpus count=2, ulysses degree 2, "
+        "VAE patch parallel 2; auto fallback steps down (offload/tiling) on out-of-memory. Model download: "
+        "Wan-AI/Wan2.2-T2V-A14B-Diffusers, about 65 GB.\n\n"
+        + RECOMMENDED + ": 832x480, 81 frames at 16 fps, 40 steps. Sizes must be multiples of 16.\n\n" + SETUP,
+        T2V, _serving("count=2", "ulysses", 2, 2),
+        "A paper boat drifting down a rain-soaked city street at night, neon reflections rippling on the "
+        "water, low camera angle, shallow depth of field", 42, "video/wan22_t2v_a14b", with_image=False),
+    "wan22_i2v_a14b_2gpu_cfg": _local_template(
+        "Wan2.2 I2V-A14B: image to video on two GPUs (CFG parallel)\n\n"
+        "Needs: two NVIDIA GPUs with 80 GB or more each; CFG parallel runs the positive and negative prompt "
+        "on one GPU each and works well without NVLink. Planned peak about 76 GiB per GPU at 832x480, "
+        "81 frames. Model download: Wan-AI/Wan2.2-I2V-A14B-Diffusers, about 65 GB.\n\n"
+        "I2V-A14B needs a start image: Load image uses example.png from ComfyUI's input folder.\n\n"
+        + RECOMMENDED + ": 832x480, 81 frames at 16 fps, 40 steps.\n\n" + SETUP,
+        I2V, _serving("count=2", "cfg", 2, 2),
+        "A hand-drawn cartoon girl with big yellow hair waves her arms and dances on a green hill under a "
+        "blue sky, clouds drifting by, simple crayon animation", 42, "video/wan22_i2v_a14b", with_image=True),
+    "remote_server": {
+        "nodes": [
+            {"key": "note", "type": "Note", "pos": [40, 40], "size": [440, 300], "widgets": {"text": (
+                "Remote vLLM-Omni server\n\n"
+                "Uses a vLLM-Omni server that already runs elsewhere, e.g. started on the GPU machine with "
+                "python -m vllm_omni_launcher serve --model Wan-AI/Wan2.2-TI2V-5B-Diffusers --host 0.0.0.0 "
+                "--port 8091 --api-key-file server.key\n"
+                "This machine needs no GPU. Set the URL (no /v1) and the model family the server runs.\n\n"
+                "API key: never in the workflow. It comes from this machine's launcher config "
+                "(remote_api_keys in vllm_omni_launcher.json) or VLLM_OMNI_LAUNCHER_REMOTE_API_KEY.\n\n"
+                + RECOMMENDED + " of the family chosen in Remote server.")}},
+            {"key": "server", "type": "VLLMOmniRemoteServer", "pos": [40, 390], "size": [440, 90],
+             "widgets": {"url": "http://127.0.0.1:8091", "model_family": "ti2v_5b"}},
+            {"key": "generate", "type": "VLLMOmniGenerateVideo", "pos": [530, 40], "size": [420, 640],
+             "widgets": _generate("An astronaut riding a horse across a desert at dusk, wide shot, dust "
+                                  "drifting in the warm light", 42)},
+            {"key": "save", "type": "SaveVideo", "pos": [1000, 40], "size": [420, 480],
+             "widgets": _save("video/vllm_omni_remote")},
+        ],
+        "links": [["server", "server", "generate", "server"], ["generate", "video", "save", "video"]],
+    },
+}
+
+BUILD_JS = """async ([spec, name, wid]) => {
+  const g = app.graph;
+  await app.loadGraphData({last_node_id: 0, last_link_id: 0, nodes: [], links: [], groups: [], config: {},
+                           extra: {}, version: 0.4}, true, false, name);
+  const byKey = {};
+  for (const d of spec.nodes) {
+    const n = LiteGraph.createNode(d.type);
+    if (!n) throw new Error('unknown node type ' + d.type);
+    g.add(n);
+    n.pos = d.pos;
+    for (const [wname, value] of Object.entries(d.widgets)) {
+      const w = (n.widgets || []).find(x => x.name === wname);
+      if (!w) throw new Error(d.type + ' has no widget ' + wname);
+      w.value = value;
+    }
+    const min = n.computeSize();
+    n.size = [Math.max(d.size[0], min[0]), Math.max(d.size[1], min[1])];
+    byKey[d.key] = n;
+  }
+  for (const [src, out, dst, inp] of spec.links) {
+    const a = byKey[src], b = byKey[dst];
+    const o = a.findOutputSlot(out), i = b.findInputSlot(inp);
+    if (o < 0 || i < 0) throw new Error('bad link ' + [src, out, dst, inp]);
+    if (!a.connect(o, b, i)) throw new Error('link refused ' + [src, out, dst, inp]);
+  }
+  // Fit the whole graph in the saved view.
+  let x0 = 1e9, y0 = 1e9, x1 = -1e9, y1 = -1e9;
+  for (const n of g._nodes) {
+    x0 = Math.min(x0, n.pos[0]); y0 = Math.min(y0, n.pos[1] - LiteGraph.NODE_TITLE_HEIGHT);
+    x1 = Math.max(x1, n.pos[0] + n.size[0]); y1 = Math.max(y1, n.pos[1] + n.size[1]);
+  }
+  app.canvas.ds.fitToBounds([x0 - 20, y0 - 20, x1 - x0 + 40, y1 - y0 + 40], {zoom: 0.92});
+  app.canvas.setDirty(true, true);
+  // What the menu's Export and Export (API) write: graphToPrompt() plus the view (addViewRestore).
+  const prompt = await app.graphToPrompt();
+  const ui = prompt.workflow;
+  ui.id = wid;
+  ui.extra = ui.extra || {};
+  ui.extra.ds = {scale: app.canvas.ds.scale, offset: [app.canvas.ds.offset[0], app.canvas.ds.offset[1]]};
+  return {ui: JSON.stringify(ui), api: JSON.stringify(prompt.output)};
+}"""
+
+
+def _round_ds(ui: dict) -> None:
+    ds = ui.get("extra", {}).get("ds")
+    if ds:
+        ds["scale"] = round(ds["scale"], 4)
+        ds["offset"] = [round(v, 2) for v in ds["offset"]]
+
+
+def build(comfy_dir: Path, python: str, names: list[str]) -> list[Path]:
+    written = []
+    with running_comfyui(comfy_dir, python, {}) as comfy, browser_page(comfy.url) as (page, console):
+        for name in names:
+            wid = str(uuid.uuid5(uuid.NAMESPACE_URL, "vllm-omni-launcher/workflows/" + name))
+            out = page.evaluate(BUILD_JS, [TEMPLATES[name], name, wid])
+            ui, api = json.loads(out["ui"]), json.loads(out["api"])
+            _round_ds(ui)
+            ui_path = WORKFLOWS / f"{name}.json"
+            api_path = WORKFLOWS / "api" / f"{name}.api.json"
+            api_path.parent.mkdir(parents=True, exist_ok=True)
+            ui_path.write_text(json.dumps(ui, indent=2, ensure_ascii=False) + "\n")
+            api_path.write_text(json.dumps(api, indent=2, ensure_ascii=False) + "\n")
+            written += [ui_path, api_path]
+    return written
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("names", nargs="*", help="templates to build (default: all)")
+    ap.add_argument("--comfyui-dir", default=os.environ.get("COMFYUI_DIR"))
+    ap.add_argument("--python", default=os.environ.get("COMFYUI_PYTHON", sys.executable),
+                    help="the python of ComfyUI's environment")
+    ap.add_argument("--freeze", action="store_true",
+                    help="copy the current workflows into tests/unit/released_workflows (at a release)")
+    args = ap.parse_args()
+    if args.freeze:
+        RELEASED.mkdir(parents=True, exist_ok=True)
+        for path in sorted(WORKFLOWS.glob("*.json")) + sorted((WORKFLOWS / "api").glob("*.api.json")):
+            shutil.copy2(path, RELEASED / path.name)
+            print("froze", path.name)
+        return 0
+    if not args.comfyui_dir:
+        ap.error("set COMFYUI_DIR or --comfyui-dir")
+    names = args.names or list(TEMPLATES)
+    for path in build(Path(args.comfyui_dir), args.python, names):
+        print("wrote", path.relative_to(WORKFLOWS.parent))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

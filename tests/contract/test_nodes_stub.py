@@ -1,0 +1,183 @@
+"""The node layer end to end, without ComfyUI: a stand-in for ComfyUI's progress, interrupt and
+status hooks (comfy_standin.py), our nodes, our supervisor and the stub server (real
+vLLM-Omni HTTP layer, fake engine), pointed at by local configuration (environment).
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+import requests
+
+import frame_code
+from comfy_standin import ComfyStandIn, InterruptProcessingException
+from stubserver import STUB_SCRIPT, server_python
+from vllm_omni_launcher import NODE_CLASS_MAPPINGS
+from vllm_omni_launcher.errors import LauncherError
+from vllm_omni_launcher.nodes.handles import ServerHandle
+from vllm_omni_launcher.server import supervisor
+
+TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
+
+
+def _serving(**overrides):
+    values = dict(gpus="all", parallel_mode="none", parallel_degree=1, vae_patch_parallel=1, offload="none",
+                  fp8=False, vae_tiling=False, cache_backend="none", compile=False, keep_alive_minutes=0,
+                  auto_fallback=False)
+    values.update(overrides)
+    return NODE_CLASS_MAPPINGS["VLLMOmniServingConfig"]().configure(**values)[0]
+
+
+def _generate(handle, **overrides):
+    values = dict(server=handle, prompt="a fox in the snow", negative_prompt="", width=64, height=64, frames=9,
+                  fps=12.0, steps=3, guidance=-1.0, guidance_2=-1.0, boundary_ratio=-1.0, flow_shift=-1.0,
+                  seed=5, unique_id="gen")
+    values.update(overrides)
+    return NODE_CLASS_MAPPINGS["VLLMOmniGenerateVideo"]().generate(**values)
+
+
+class _Env:
+    """os.environ changes for a module-scoped server (monkeypatch is function scoped)."""
+
+    def __init__(self, **values: str) -> None:
+        self.values, self.saved = values, {}
+
+    def __enter__(self):
+        for k, v in self.values.items():
+            self.saved[k] = os.environ.get(k)
+            os.environ[k] = v
+        return self
+
+    def __exit__(self, *exc):
+        for k, v in self.saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory):
+    data = tmp_path_factory.mktemp("nodes-data")
+    with _Env(VLLM_OMNI_LAUNCHER_SERVER_CMD=f"{server_python()} {STUB_SCRIPT}",
+              VLLM_OMNI_LAUNCHER_DATA_DIR=str(data), VLLM_OMNI_STUB_STEP_S="0.1"), ComfyStandIn() as comfy:
+        model = NODE_CLASS_MAPPINGS["VLLMOmniLoadModel"]().load(TI2V)[0]
+        handle = NODE_CLASS_MAPPINGS["VLLMOmniLocalServer"]().start(model, _serving(), unique_id="srv")[0]
+        try:
+            yield handle, comfy
+        finally:
+            supervisor.stop_all()
+
+
+def test_nodes_register_with_v1_attributes():
+    assert len(NODE_CLASS_MAPPINGS) == 8 and all(k.startswith("VLLMOmni") for k in NODE_CLASS_MAPPINGS)
+    for cls in NODE_CLASS_MAPPINGS.values():
+        assert isinstance(cls.INPUT_TYPES(), dict) and isinstance(cls.RETURN_TYPES, tuple)
+        assert hasattr(cls, cls.FUNCTION) and cls.CATEGORY == "vLLM-Omni"
+
+
+def test_local_server_handle_is_small_and_secret_free(local):
+    handle, comfy = local
+    sup = supervisor.find(handle.server_id)
+    assert handle.kind == "local" and handle.url == sup.url and handle.family_key == "ti2v_5b"
+    assert sup.api_key and sup.api_key not in repr(handle) and sup.api_key not in str(vars(handle))
+    assert any("ready" in text.lower() for text, node in comfy.texts if node == "srv")
+
+
+def test_generate_returns_image_fps_and_video_with_real_progress(local):
+    handle, comfy = local
+    comfy.progress.clear()
+    image, fps, video = _generate(handle)
+    assert tuple(image.shape) == (9, 64, 64, 3) and str(image.dtype) == "torch.float32"
+    assert fps == 12.0
+    assert [frame_code.decode(f) for f in image.numpy()] == [(i, 5) for i in range(9)]
+    assert video.data[4:8] == b"ftyp"          # the server's MP4, untouched
+    assert comfy.progress and comfy.progress[-1] == (3, 3)     # real denoise steps from the server log
+    assert any(text.startswith("Done: 9 frames 64x64") for text, _ in comfy.texts)
+
+
+def test_model_defaults_fill_zero_widgets(local):
+    handle, _ = local
+    with pytest.raises(LauncherError) as err:
+        _generate(handle, width=0, height=0, frames=10)      # 1280x704 default, but 10 frames is not 4k+1
+    assert err.value.setting == "frames" and "set frames to 9" in str(err.value)
+
+
+def test_invalid_requests_fail_before_any_http(local):
+    handle, _ = local
+    with pytest.raises(LauncherError) as err:
+        _generate(handle, width=100)
+    assert "multiple of 32" in str(err.value) and "96" in err.value.fix
+    i2v = ServerHandle("remote", "http://127.0.0.1:9", "wan", "i2v_a14b")   # nothing listens there
+    with pytest.raises(LauncherError) as err:
+        _generate(i2v, width=832, height=480, frames=81)
+    assert "needs a start image" in str(err.value)
+
+
+def test_remote_server_with_key_from_local_config(local, monkeypatch):
+    handle, comfy = local
+    sup = supervisor.find(handle.server_id)
+    remote_node = NODE_CLASS_MAPPINGS["VLLMOmniRemoteServer"]()
+    monkeypatch.delenv("VLLM_OMNI_LAUNCHER_REMOTE_API_KEY", raising=False)
+    with pytest.raises(LauncherError) as err:
+        remote_node.connect(handle.url, "ti2v_5b")
+    assert "VLLM_OMNI_LAUNCHER_REMOTE_API_KEY" in str(err.value)
+    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_REMOTE_API_KEY", sup.api_key)
+    remote = remote_node.connect(handle.url + "/v1", "ti2v_5b")[0]
+    assert remote.kind == "remote" and remote.served_name == TI2V and sup.api_key not in repr(remote)
+    image, fps, _ = _generate(remote, seed=7, frames=5)
+    assert [frame_code.decode(f)[1] for f in image.numpy()] == [7] * 5
+    texts = [t for t, _ in comfy.texts]
+    assert any("first job on this server" in t or "estimated" in t or "Queued" in t for t in texts)
+
+
+def test_status_node_reports_the_server(local):
+    handle, _ = local
+    out = NODE_CLASS_MAPPINGS["VLLMOmniServerStatus"]().report(server=handle)
+    assert handle.url in out["result"][0] and "GPUs all visible" in out["result"][0]
+
+
+def test_cancel_deletes_the_job_and_restarts_a_server_still_busy(tmp_path, monkeypatch):
+    """Cancel while running: DELETE at once, node ends as interrupted; the stub (like upstream)
+    keeps denoising, so the supervisor's hard cancel restarts the server to free the GPU."""
+    supervisor.stop_all()
+    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_SERVER_CMD", f"{server_python()} {STUB_SCRIPT}")
+    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("VLLM_OMNI_STUB_HANG_IN_JOB", "1")
+    with ComfyStandIn() as comfy:
+        model = NODE_CLASS_MAPPINGS["VLLMOmniLoadModel"]().load(TI2V)[0]
+        handle = NODE_CLASS_MAPPINGS["VLLMOmniLocalServer"]().start(model, _serving(), unique_id="srv")[0]
+        sup = supervisor.find(handle.server_id)
+        try:
+            generation = sup.generation
+            result: dict = {}
+
+            def run() -> None:
+                try:
+                    _generate(handle, steps=20)
+                except BaseException as exc:  # noqa: BLE001 - the test inspects it
+                    result["exc"] = exc
+
+            worker = threading.Thread(target=run)
+            worker.start()
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not any(t.startswith("Step") for t, _ in comfy.texts):
+                time.sleep(0.05)
+            assert any(t.startswith("Step") for t, _ in comfy.texts), comfy.texts
+            comfy.interrupt.set()
+            worker.join(60)
+            assert isinstance(result.get("exc"), InterruptProcessingException)
+            jobs = requests.get(f"{handle.url}/v1/videos", headers={"Authorization": f"Bearer {sup.api_key}"},
+                                timeout=10).json()
+            assert jobs["data"] == []                       # the job record is gone
+            deadline = time.monotonic() + 300     # hard cancel waits a grace period, then restarts
+            while time.monotonic() < deadline and sup.generation == generation:
+                time.sleep(0.2)
+            assert sup.generation == generation + 1 and sup.wait_ready(timeout=300)
+            assert "still running on the GPU" in (sup.status().restart_reason or "")
+        finally:
+            supervisor.stop_all()
+    assert not sup.alive()
