@@ -86,10 +86,13 @@ The process writes ``STUB_PID=<pid>`` to stderr first.  Unless
 job files go to a per-process temporary directory, removed at exit.  Logs: upstream's
 logger writes to stdout, tqdm and tracebacks to stderr.
 
-Not emulated: deploy YAMLs with ``num_replicas > 1`` or multi-stage pipelines (upstream
-spawns ``StageDiffusionProc`` processes, which do not get these seams); sleep/wake-up and
-LoRA RPCs answer trivially; a request batch (``max_num_seqs > 1``) runs one request after
-the other instead of as one forward.
+Stage subprocesses: for deploy YAMLs with ``num_replicas > 1`` (or multi-stage pipelines)
+upstream spawns ``StageDiffusionProc`` processes (multiprocessing "spawn"), which re-import
+this script as ``__mp_main__`` and so get the same seams; each prints its own
+``STUB_PID`` line and counts its own jobs for the knobs.
+
+Not emulated: sleep/wake-up and LoRA RPCs answer trivially; a request batch
+(``max_num_seqs > 1``) runs one request after the other instead of as one forward.
 """
 from __future__ import annotations
 

@@ -31,8 +31,10 @@ Every case runs the same code as ``stub_vllm_serve.py`` up to the executor:
 (``upstream.CaptureExecutor``) returns the config instead of starting workers.  The only
 resolver-specific shim: ``omni_run_server`` is replaced by a coroutine that calls the real
 ``validate_api_server_args`` and ``build_async_omni`` but does not bind the HTTP port or
-decorate stdout (so hundreds of cases can run in one process).  Logs go to /dev/null
-unless ``--verbose`` is given (then to stderr).
+decorate stdout (so hundreds of cases can run in one process).  Stages that upstream
+runs in a subprocess (``num_replicas > 1``) are captured where ``StageDiffusionProcManager``
+would spawn it (the first replica's config is reported).  Logs go to /dev/null unless
+``--verbose`` is given (then to stderr).
 """
 from __future__ import annotations
 
@@ -77,6 +79,17 @@ def _setup():
         raise RuntimeError("startup finished without reaching the diffusion executor")
 
     omni_serve.omni_run_server = resolve_only
+
+    # Stages that upstream runs in their own process (``num_replicas > 1``, multi-stage
+    # pipelines) get their config in this process and then spawn StageDiffusionProc:
+    # stop there the same way.
+    from vllm_omni.diffusion.stage_diffusion_proc import StageDiffusionProcManager
+
+    def capture_proc_config(self, model, od_config, *args, **kwargs):
+        world = od_config.parallel_config.world_size
+        raise upstream.ResolvedConfig(od_config, upstream.stage_devices(world), upstream.missing_devices(world))
+
+    StageDiffusionProcManager.__init__ = capture_proc_config
     return vllm_main, state
 
 

@@ -1,0 +1,287 @@
+"""Check the pack inside a real ComfyUI: registration, one real run, and every template in the browser.
+
+Usage (ComfyUI's python; the stub server's python as in the unit tests)::
+
+    COMFYUI_DIR=/path/to/ComfyUI VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON=/path/to/server/venv/bin/python \\
+        python tests/comfyui/run_real_comfyui.py [--screenshots docs/screenshots] [--thumbnails]
+
+What it does (each step raises AssertionError with the reason when something is wrong):
+
+1. Starts ComfyUI from ``COMFYUI_DIR`` on CPU with only this pack (``comfy_harness``), with the
+   launcher pointed at the stub vLLM-Omni server by local configuration only (environment of
+   the ComfyUI process: ``VLLM_OMNI_LAUNCHER_SERVER_CMD``, a temporary data dir and config, and
+   ``VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB=24``, the GPU the TI2V template is written for).
+2. Registration: ``/object_info`` has our 8 nodes from ``custom_nodes.vllm_omni_launcher``, the
+   log has no import failure of the pack, the core nodes the templates use match
+   ``tests/unit/test_workflows.py``'s description of them, and ``/workflow_templates`` lists
+   exactly the 5 templates (not the API twins).
+3. A real run: POSTs the TI2V text-to-video API twin (64x64, 5 frames, 2 steps) to ``/prompt``,
+   waits for ``/history``, finds the MP4 that SaveVideo wrote in the output folder, fetches it
+   through ``/view`` and decodes it (5 frames, 64x64, each frame carrying its index and the seed).
+4. The browser: headless Chromium opens the ComfyUI page; each template is fetched from
+   ``/api/workflow_templates/vllm_omni_launcher/<name>.json`` and loaded with
+   ``app.loadGraphData`` (as the template browser does). No missing-node dialog, no node in
+   error, no new console error, and ``app.graphToPrompt()`` equals the API twin. A control
+   loads a graph with an unknown node type and expects the check to see the missing node.
+   Screenshots (1280x800) go to ``--screenshots`` (and JPEG thumbnails next to the templates
+   with ``--thumbnails``, which the template browser shows).
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Optional
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "contract"))
+sys.path.insert(0, str(HERE.parent / "unit"))
+
+from comfy_harness import (  # noqa: E402
+    OUR_NODES, PACK_NAME, REPO, WORKFLOWS, ComfyUI, LOAD_AND_INSPECT_JS, browser_page, close_dialogs,
+    comfyui_version, pack_import_problems,
+)
+
+TEMPLATE = "wan22_ti2v_5b_text_to_video"
+TINY = {"width": 64, "height": 64, "frames": 5, "steps": 2}
+# Console noise of the stock front end in an offline sandbox (it asks the internet and a
+# ComfyUI-Manager that is not installed); anything else logged as an error fails the check.
+BASELINE_NOISE = ("Failed to load resource", "net::ERR_", "ConflictDetection")
+
+
+def launcher_env(work: Path) -> dict[str, str]:
+    """The local configuration that points the launcher at the stub server (never the workflow)."""
+    import stubserver
+
+    return {
+        "VLLM_OMNI_LAUNCHER_SERVER_CMD": shlex.join([stubserver.server_python(), stubserver.STUB_SCRIPT]),
+        "VLLM_OMNI_LAUNCHER_DATA_DIR": str(work / "launcher-data"),
+        "VLLM_OMNI_LAUNCHER_CONFIG": str(work / "no-launcher-config.json"),
+        "VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB": "24",
+        "VLLM_OMNI_STUB_STEP_S": "0.05",
+    }
+
+
+def load_json(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+# --------------------------------------------------------------------------- 2. registration
+def check_registration(comfy: ComfyUI) -> dict:
+    import test_workflows as tw
+
+    info = comfy.get("/object_info")
+    missing = [n for n in OUR_NODES if n not in info]
+    assert not missing, f"nodes not registered: {missing}; log:\n{comfy.log()[-4000:]}"
+    for node in OUR_NODES:
+        assert info[node]["python_module"] == f"custom_nodes.{PACK_NAME}", info[node]["python_module"]
+        assert info[node]["category"] == "vLLM-Omni"
+    extra = sorted(k for k, v in info.items() if v.get("python_module") == f"custom_nodes.{PACK_NAME}"
+                   and k not in OUR_NODES)
+    assert not extra, f"unexpected nodes from the pack: {extra}"
+    problems = pack_import_problems(comfy.log())
+    assert not problems, "pack import failed:\n" + "\n".join(problems)
+    assert f"custom_nodes/{PACK_NAME}" in comfy.log(), "the pack is not in ComfyUI's import-times list"
+
+    # What ComfyUI tells the front end about our widgets = what the unit tests assume.
+    defs = tw.node_defs()
+    for node in OUR_NODES:
+        ours = [(name, section) for name, _, section in defs[node].inputs]
+        real = [(name, section) for section in ("required", "optional")
+                for name in info[node]["input_order"].get(section, [])]
+        assert ours == real, f"{node}: input order {real} != {ours}"
+        assert tuple(info[node]["output"]) == defs[node].outputs
+    # The core nodes' description in test_workflows.py (CI has no ComfyUI) matches this ComfyUI.
+    for node, core in tw.CORE_NODES.items():
+        assert node in info, f"core node {node} missing"
+        real_inputs = info[node]["input"]["required"]
+        assert list(real_inputs) == list(core["input"]["required"]), (node, list(real_inputs))
+        for name, spec in core["input"]["required"].items():
+            kind, opts = spec
+            real_kind, real_opts = real_inputs[name][0], (real_inputs[name][1] if len(real_inputs[name]) > 1 else {})
+            if kind == "FILE":
+                assert isinstance(real_kind, list) and real_opts.get("image_upload"), (node, name, real_inputs[name])
+            elif isinstance(kind, list):
+                real_options = real_kind if isinstance(real_kind, list) else real_opts.get("options")
+                assert real_options == kind, (node, name, real_options)
+            else:
+                assert real_kind == kind, (node, name, real_kind)
+        assert tuple(info[node]["output"]) == core["outputs"], (node, info[node]["output"])
+        assert info[node]["display_name"] == core["display"], (node, info[node]["display_name"])
+
+    templates = comfy.get("/workflow_templates")
+    assert sorted(templates.get(PACK_NAME, [])) == sorted(tw.EXPECTED_TEMPLATES), templates
+    return {"nodes": {n: info[n]["display_name"] for n in OUR_NODES}, "templates": sorted(templates[PACK_NAME])}
+
+
+# --------------------------------------------------------------------------- 3. a real run
+def check_generate(comfy: ComfyUI, keep_video: Optional[Path] = None, timeout: float = 900.0) -> dict:
+    import av
+    import numpy as np
+
+    import frame_code
+
+    prompt = load_json(WORKFLOWS / "api" / f"{TEMPLATE}.api.json")
+    gen_id = next(k for k, e in prompt.items() if e["class_type"] == "VLLMOmniGenerateVideo")
+    save_id = next(k for k, e in prompt.items() if e["class_type"] == "SaveVideo")
+    prompt[gen_id]["inputs"].update(TINY)
+    seed = prompt[gen_id]["inputs"]["seed"]
+    client_id = str(uuid.uuid4())
+    status, body = comfy.post("/prompt", {"prompt": prompt, "client_id": client_id})
+    assert status == 200 and not body.get("node_errors"), f"/prompt refused it: {status} {body}"
+    started = time.monotonic()
+    entry = comfy.wait_history(body["prompt_id"], timeout=timeout)
+    elapsed = time.monotonic() - started
+    st = entry["status"]
+    assert st["status_str"] == "success" and st["completed"], \
+        f"prompt failed: {json.dumps(st, indent=1)[:6000]}\nlog tail:\n{comfy.log()[-6000:]}"
+    out = entry["outputs"].get(save_id, {})
+    files = [f for f in out.get("images", []) + out.get("videos", []) if f["filename"].endswith(".mp4")]
+    assert len(files) == 1, f"SaveVideo reported {out}"
+    item = files[0]
+    assert item["type"] == "output"
+    on_disk = comfy.output_dir / item["subfolder"] / item["filename"]
+    assert on_disk.is_file() and on_disk.stat().st_size > 0, on_disk
+    data = comfy.get_bytes(comfy.view_url(item["filename"], item["subfolder"], item["type"]))
+    assert data == on_disk.read_bytes(), "/view returned other bytes than the file in the output folder"
+    assert data[4:8] == b"ftyp", "not an MP4"
+    with av.open(io.BytesIO(data)) as container:
+        stream = container.streams.video[0]
+        frames = [f.to_ndarray(format="rgb24") for f in container.decode(stream)]
+        rate = float(stream.average_rate)
+    assert len(frames) == TINY["frames"] and frames[0].shape == (TINY["height"], TINY["width"], 3)
+    assert [frame_code.decode(f.astype(np.float32) / 255.0) for f in frames] == \
+        [(i, seed % 256) for i in range(TINY["frames"])]
+    kept = None
+    if keep_video is not None:
+        keep_video.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(on_disk, keep_video)
+        kept = str(keep_video)
+    texts = [m for m in st.get("messages", []) if m[0] in ("execution_error", "execution_interrupted")]
+    assert not texts, texts
+    return {"prompt_id": body["prompt_id"], "output": f"{item['subfolder']}/{item['filename']}",
+            "bytes": len(data), "frames": len(frames), "size": f"{TINY['width']}x{TINY['height']}",
+            "fps": rate, "seconds": round(elapsed, 1), "kept_copy": kept}
+
+
+# --------------------------------------------------------------------------- 4. the browser
+def _new_errors(console: list, start: int) -> list:
+    return [c for c in console[start:]
+            if c[0] in ("error", "pageerror") and not any(noise in c[1] for noise in BASELINE_NOISE)]
+
+
+def _save_png(page: Any, path: Path) -> int:
+    from PIL import Image
+
+    raw = page.screenshot(type="png")
+    with Image.open(io.BytesIO(raw)) as im:   # a 256-colour palette keeps the PNGs small
+        small = im.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        small.save(path, format="PNG", optimize=True)
+    return path.stat().st_size
+
+
+def _save_thumbnail(png: Path, jpg: Path) -> int:
+    from PIL import Image
+
+    with Image.open(png) as im:
+        thumb = im.convert("RGB")
+        thumb.thumbnail((512, 320))
+        thumb.save(jpg, format="JPEG", quality=82, optimize=True)
+    return jpg.stat().st_size
+
+
+def check_templates_in_browser(comfy: ComfyUI, screenshots: Path, thumbnails: bool = False) -> dict:
+    import test_workflows as tw
+
+    report: dict[str, Any] = {}
+    with browser_page(comfy.url) as (page, console):
+        startup_errors = [c for c in console if c[0] in ("error", "pageerror")]
+        report["frontend"] = page.evaluate("() => window.__COMFYUI_FRONTEND_VERSION__ || null")
+        for name in sorted(tw.EXPECTED_TEMPLATES):
+            mark = len(console)
+            graph = page.evaluate(
+                "async (url) => (await fetch(url)).json()", f"/api/workflow_templates/{PACK_NAME}/{name}.json")
+            assert graph == load_json(WORKFLOWS / f"{name}.json"), f"{name}: served template differs from the file"
+            result = page.evaluate(LOAD_AND_INSPECT_JS, [graph, name])
+            assert not result["dialogs"], f"{name}: dialog after load: {result['dialogs']}"
+            unknown = [n["type"] for n in result["nodes"] if not n["registered"]]
+            assert not unknown, f"{name}: unknown node types {unknown}"
+            in_error = [n["type"] for n in result["nodes"] if n["has_errors"]]
+            assert not in_error, f"{name}: nodes in error {in_error}"
+            assert len(result["nodes"]) == len(graph["nodes"])
+            twin = load_json(WORKFLOWS / "api" / f"{name}.api.json")
+            assert result["api"] == twin, f"{name}: graphToPrompt() differs from the API twin:\n" \
+                                          f"{json.dumps(result['api'], indent=1)[:3000]}"
+            page.wait_for_timeout(700)
+            errors = _new_errors(console, mark)
+            assert not errors, f"{name}: console errors while loading: {errors}"
+            png = screenshots / f"{name}.png"
+            size = _save_png(page, png)
+            entry = {"nodes": len(result["nodes"]), "screenshot": str(png), "png_bytes": size}
+            if thumbnails:
+                entry["thumbnail_bytes"] = _save_thumbnail(png, WORKFLOWS / f"{name}.jpg")
+            report[name] = entry
+
+        # Control: the same inspection must notice a node type this ComfyUI does not have.
+        bogus = load_json(WORKFLOWS / f"{TEMPLATE}.json")
+        bogus["nodes"][-1]["type"] = "NoSuchNodeFromAnotherPack"
+        result = page.evaluate(LOAD_AND_INSPECT_JS, [bogus, "control"])
+        missing_seen = bool(result["dialogs"]) or any(not n["registered"] for n in result["nodes"])
+        assert missing_seen, "the missing-node check did not notice an unknown node type"
+        report["control_missing_node_dialog"] = [d[:120] for d in result["dialogs"]]
+        close_dialogs(page)
+        report["startup_console_errors"] = len(startup_errors)
+    return report
+
+
+# --------------------------------------------------------------------------- main
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--comfyui-dir", default=os.environ.get("COMFYUI_DIR"))
+    ap.add_argument("--python", default=os.environ.get("COMFYUI_PYTHON", sys.executable),
+                    help="the python of ComfyUI's environment (default: this one)")
+    ap.add_argument("--screenshots", type=Path, default=None,
+                    help="folder for the template screenshots (default: a temporary folder)")
+    ap.add_argument("--thumbnails", action="store_true", help="also write workflows/<name>.jpg thumbnails")
+    ap.add_argument("--keep-video", type=Path, default=None, help="copy the generated MP4 here")
+    ap.add_argument("--skip-browser", action="store_true")
+    args = ap.parse_args()
+    if not args.comfyui_dir:
+        ap.error("set COMFYUI_DIR (a ComfyUI checkout with its requirements installed in --python)")
+    comfy_dir = Path(args.comfyui_dir).expanduser().resolve()
+    work = Path(tempfile.mkdtemp(prefix="vllm-omni-comfyui-check-"))
+    report: dict[str, Any] = {"comfyui": comfyui_version(comfy_dir), "comfyui_dir": str(comfy_dir)}
+    comfy = ComfyUI(comfy_dir, args.python, launcher_env(work))
+    try:
+        comfy.wait_ready()
+        report["registration"] = check_registration(comfy)
+        print("registration ok:", json.dumps(report["registration"]), flush=True)
+        report["generate"] = check_generate(comfy, keep_video=args.keep_video)
+        print("generate ok:", json.dumps(report["generate"]), flush=True)
+        if not args.skip_browser:
+            shots = args.screenshots or (work / "screenshots")
+            report["browser"] = check_templates_in_browser(comfy, shots, thumbnails=args.thumbnails)
+            print("browser ok:", json.dumps(report["browser"]), flush=True)
+    except BaseException:
+        print(f"ComfyUI log ({comfy.log_path}):\n{comfy.log()[-8000:]}", file=sys.stderr)
+        raise
+    finally:
+        comfy.stop()
+        comfy.cleanup()
+        shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""`python -m vllm_omni_launcher generate` against the stub server, both ways: --url and --model."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+import frame_code
+from stubserver import STUB_SCRIPT, run_stub, server_python
+
+TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
+
+
+def _cli(*args: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "vllm_omni_launcher", "generate", *args], capture_output=True,
+                          text=True, env={**os.environ, **env}, timeout=900)
+
+
+def test_generate_with_url_writes_mp4_npy_and_report(tmp_path):
+    with run_stub(TI2V, env={"VLLM_API_KEY": "k-123"}) as stub:
+        stub.wait_healthy(600)
+        out = _cli("--url", stub.url, "--prompt", "a fox", "--width", "64", "--height", "64", "--frames", "5",
+                   "--fps", "10", "--steps", "2", "--seed", "3", "--out", str(tmp_path / "clip.mp4"),
+                   "--frames-npy", str(tmp_path / "f.npy"), "--report-json", str(tmp_path / "r.json"),
+                   env={"VLLM_OMNI_LAUNCHER_REMOTE_API_KEY": "k-123"})
+    assert out.returncode == 0, out.stderr
+    assert "k-123" not in out.stdout + out.stderr
+    frames = np.load(tmp_path / "f.npy")
+    assert frames.shape == (5, 64, 64, 3) and frames.dtype == np.float32
+    assert [frame_code.decode(f) for f in frames] == [(i, 3) for i in range(5)]
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["fps"] == 10.0 and (tmp_path / "clip.mp4").read_bytes()[4:8] == b"ftyp"
+    for key in ("submit", "queued", "running", "job_done", "detected", "downloaded", "decoded"):
+        assert key in report["timings"]
+
+
+def test_generate_starting_the_server_through_the_supervisor(tmp_path):
+    out = _cli("--model", TI2V, "--prompt", "a fox", "--width", "64", "--height", "64", "--frames", "5",
+               "--steps", "2", "--seed", "9", "--out", str(tmp_path / "clip.mp4"),
+               env={"VLLM_OMNI_LAUNCHER_SERVER_CMD": f"{server_python()} {STUB_SCRIPT}",
+                    "VLLM_OMNI_LAUNCHER_DATA_DIR": str(tmp_path / "data")})
+    assert out.returncode == 0, out.stderr
+    assert "wrote" in out.stdout and "5 frames 64x64 at 24 fps" in out.stdout
+
+
+def test_generate_reports_a_bad_frame_count_before_starting_anything(tmp_path):
+    out = _cli("--url", "http://127.0.0.1:9", "--family", "ti2v_5b", "--prompt", "x", "--frames", "10",
+               env={})
+    assert out.returncode == 2 and "set frames to 9" in out.stderr and "Traceback" not in out.stderr
