@@ -22,7 +22,12 @@ while [ $# -gt 0 ]; do
   esac
 done
 if [ -z "$python_bin" ]; then
-  python_bin="$(command -v python3.12 || command -v python3)"
+  # The first interpreter that really runs (a pyenv shim may exist without its version).
+  for cand in python3.12 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3.12 python3; do
+    if "$cand" -c 'import sys; assert sys.version_info >= (3, 10)' >/dev/null 2>&1; then
+      python_bin="$cand"; break
+    fi
+  done
 fi
 
 if [ -x "$target/bin/python" ] && "$target/bin/python" - "$version" <<'PY' 2>/dev/null; then

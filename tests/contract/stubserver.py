@@ -75,25 +75,42 @@ def strip_ansi(text: str) -> str:
 class StubServer:
     """Handle on one running stub process (see :func:`run_stub`)."""
 
-    def __init__(self, proc: subprocess.Popen, host: str, port: int, log_path: str, argv: list[str]) -> None:
+    def __init__(self, proc: subprocess.Popen, host: str, port: int, log_path: str, argv: list[str],
+                 stdout_path: str | None = None) -> None:
         self.proc = proc
         self.host = host
         self.port = port
         self.url = f"http://{host}:{port}"
-        self.log_path = log_path
+        self.log_path = log_path          # stderr (and stdout too unless separate_stderr)
+        self.stdout_path = stdout_path    # only with run_stub(separate_stderr=True)
         self.argv = argv
 
     # -- output ------------------------------------------------------------------------
-    def stderr_text(self, raw: bool = False) -> str:
-        """Everything the process wrote so far (stdout and stderr interleaved).
-
-        ANSI colour codes (upstream forces coloured prefixes) are removed unless ``raw``.
-        """
+    @staticmethod
+    def _read(path: str | None, raw: bool) -> str:
+        if path is None:
+            return ""
         try:
-            data = Path(self.log_path).read_bytes().decode("utf-8", "replace")
+            data = Path(path).read_bytes().decode("utf-8", "replace")
         except FileNotFoundError:
             return ""
         return data if raw else strip_ansi(data)
+
+    def stderr_text(self, raw: bool = False) -> str:
+        """What the process wrote so far: stdout and stderr interleaved (like ``2>&1``), or
+        stderr alone when started with ``separate_stderr=True``.
+
+        ANSI colour codes (upstream forces coloured prefixes) are removed unless ``raw``.
+        """
+        return self._read(self.log_path, raw)
+
+    def stdout_text(self, raw: bool = False) -> str:
+        """stdout alone (upstream's log lines); empty unless ``separate_stderr=True``."""
+        return self._read(self.stdout_path, raw)
+
+    def output_text(self, raw: bool = False) -> str:
+        """Everything written so far (stdout + stderr)."""
+        return self.stderr_text(raw) + self.stdout_text(raw)
 
     def stub_pid(self) -> int | None:
         """The pid the stub printed as ``STUB_PID=<pid>`` (the server process)."""
@@ -121,11 +138,11 @@ class StubServer:
             if not self.alive():
                 raise RuntimeError(
                     f"stub exited with code {self.proc.returncode} before becoming healthy; "
-                    f"log tail:\n{self.stderr_text()[-6000:]}")
+                    f"log tail:\n{self.output_text()[-6000:]}")
             if self.health(timeout=2.0) == 200:
                 return
             time.sleep(0.25)
-        raise TimeoutError(f"stub not healthy after {timeout}s; log tail:\n{self.stderr_text()[-6000:]}")
+        raise TimeoutError(f"stub not healthy after {timeout}s; log tail:\n{self.output_text()[-6000:]}")
 
     def wait_exit(self, timeout: float = 300.0) -> int:
         """Wait for the process to exit by itself; returns its exit code."""
@@ -135,7 +152,7 @@ class StubServer:
         """Wait until ``needle`` appears in the (ANSI-stripped) output; returns the output."""
         deadline = time.monotonic() + timeout
         while True:
-            text = self.stderr_text()
+            text = self.output_text()
             if needle in text:
                 return text
             if not self.alive() or time.monotonic() > deadline:
@@ -180,11 +197,14 @@ def run_stub(
     port: int | None = None,
     host: str = "127.0.0.1",
     kill_grace: float = 5.0,
+    separate_stderr: bool = False,
 ) -> Iterator[StubServer]:
     """Start the stub in its own process group; kill the group when the block exits.
 
     ``env`` adds to / overrides ``os.environ`` (a value of ``None`` removes the variable),
     e.g. ``{"CUDA_VISIBLE_DEVICES": "0,1", "VLLM_OMNI_STUB_STEP_S": "0.05"}``.
+    Output goes to one log (``2>&1``) unless ``separate_stderr`` (then see ``stdout_text``).
+    Teardown: SIGTERM to the group, ``kill_grace`` seconds, then SIGKILL to the group.
     """
     port = port if port is not None else free_port(host)
     argv = stub_command(model, flags, host=host, port=port)
@@ -201,21 +221,30 @@ def run_stub(
         else:
             child_env[key] = str(value)
     fd, log_path = tempfile.mkstemp(prefix="vllm-omni-stub-", suffix=".log")
+    out_fd, stdout_path = (tempfile.mkstemp(prefix="vllm-omni-stub-", suffix=".stdout.log")
+                           if separate_stderr else (None, None))
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fd, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out_fd if separate_stderr else fd,
+                                stderr=fd if separate_stderr else subprocess.STDOUT,
                                 env=child_env, start_new_session=True)
     except BaseException:
-        os.close(fd)
-        os.unlink(log_path)
+        for f, path in ((fd, log_path), (out_fd, stdout_path)):
+            if f is not None:
+                os.close(f)
+                os.unlink(path)
         raise
     os.close(fd)
-    server = StubServer(proc, host, port, log_path, argv)
+    if out_fd is not None:
+        os.close(out_fd)
+    server = StubServer(proc, host, port, log_path, argv, stdout_path=stdout_path)
     try:
         yield server
     finally:
         server.kill_group(grace=kill_grace)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(log_path)
+        for path in (log_path, stdout_path):
+            if path is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
 
 
 def resolve(cases: list[dict], timeout: float = 900.0) -> list[dict]:

@@ -150,17 +150,17 @@ def t2v():
         sync = submit(stub, key=KEY, sync=True, size="64x64", num_frames=9, fps=8, seed=9, num_inference_steps=2)
         obs["sync"] = (sync.status_code, sync.headers.get("content-type"), decode_mp4(sync.content))
         # DELETE while the denoise runs: the record goes, the "GPU" keeps stepping.
-        created = submit(stub, key=KEY, size="64x64", num_frames=5, seed=3, num_inference_steps=40)
+        created = submit(stub, key=KEY, size="64x64", num_frames=5, seed=3, num_inference_steps=60)
         vid = created.json()["id"]
         headers = {"Authorization": f"Bearer {KEY}"}
         deadline = time.monotonic() + JOB_TIMEOUT
-        while not re.search(r"\| [1-9]\d?/40 \[", stub.stderr_text()) and time.monotonic() < deadline:
+        while not re.search(r"\| [1-9]\d?/60 \[", stub.stderr_text()) and time.monotonic() < deadline:
             time.sleep(0.02)
         offset = len(stub.stderr_text())
         deleted = requests.delete(f"{stub.url}/v1/videos/{vid}", headers=headers, timeout=30)
         obs["delete"] = (deleted.status_code, deleted.json(),
                          requests.get(f"{stub.url}/v1/videos/{vid}", headers=headers, timeout=10).status_code,
-                         "40/40" in stub.stderr_text()[:offset])
+                         "60/60" in stub.stderr_text()[:offset])
         stub.wait_for_text("aborted: Request", timeout=JOB_TIMEOUT)
         obs["after_delete_log"] = stub.stderr_text()[offset:]
         # SIGTERM ends the process (and its group) cleanly.
@@ -173,7 +173,7 @@ def t2v():
 
 @scenario
 def i2v():
-    with stubserver.run_stub(I2V, env={"VLLM_OMNI_STUB_STEP_S": "0.01"}) as stub:
+    with stubserver.run_stub(I2V, env={"VLLM_OMNI_STUB_STEP_S": "0.01"}, separate_stderr=True) as stub:
         obs = _ready(stub)
         obs["models"] = requests.get(stub.url + "/v1/models", timeout=10).json()
         obs["no_image"], _ = run_job(stub, size="64x64", num_frames=5, num_inference_steps=2)
@@ -182,7 +182,8 @@ def i2v():
         job, mp4 = run_job(stub, image=png(80, 48), size="64x48", num_frames=9, fps=16, seed=5,
                            num_inference_steps=2)
         obs["good"] = (job.json(), decode_mp4(mp4))
-        obs["log"] = stub.stderr_text()
+        obs["stderr"], obs["stdout"] = stub.stderr_text(), stub.stdout_text()
+        obs["log"] = stub.output_text()
     return obs
 
 
@@ -390,7 +391,7 @@ def test_delete_drops_the_job_but_the_denoise_runs_to_its_end(runs):
     status, body, get_after, finished_before = obs["delete"]
     assert status == 200 and body["deleted"] is True and get_after == 404
     assert not finished_before
-    assert "40/40" in obs["after_delete_log"]  # progress kept coming after the DELETE
+    assert "60/60" in obs["after_delete_log"]  # progress kept coming after the DELETE
 
 
 @uses("t2v")
@@ -402,10 +403,18 @@ def test_sigterm_exits_cleanly_with_its_process_group(runs):
 
 
 @uses("t2v")
-def test_denoise_progress_is_tqdm_on_stderr(runs):
+def test_denoise_progress_is_real_tqdm(runs):
     log = outcome(runs, "t2v")["log"]
     assert re.search(r"\r  0%\|          \| 0/2 \[00:00<\?, \?it/s\]", log)
     assert re.search(r"\r100%\|██████████\| 2/2 \[\d\d:\d\d<\d\d:\d\d, +\d+\.\d+it/s\]", log)
+
+
+@uses("i2v")
+def test_progress_goes_to_stderr_and_log_lines_to_stdout(runs):
+    obs = outcome(runs, "i2v")
+    assert "| 2/2 [" in obs["stderr"] and "| 2/2 [" not in obs["stdout"]
+    assert obs["stderr"].startswith("STUB_PID=")
+    assert "Model loading took" in obs["stdout"] and "Starting vLLM API server" in obs["stdout"]
 
 
 # --------------------------------------------------------------------------- tests: I2V / TI2V
