@@ -13,7 +13,8 @@ from ..errors import LauncherError, SpecError
 from ..planner.gpus import parse_gpu_memory, query_gpus, visible_indices
 from ..planner.ladder import recommend, step_down
 from ..server.local_config import LocalConfig
-from ..server.spec import LaunchSpec, MemoryConfig, ParallelConfig, RuntimeConfig, parse_gpus
+from ..server import versions
+from ..server.spec import DEFAULT_VERSION, LaunchSpec, MemoryConfig, ParallelConfig, RuntimeConfig, parse_gpus
 from .handles import ModelChoice, ServingChoice
 
 Fallback = Callable[[LaunchSpec, str], Optional[tuple[LaunchSpec, str]]]
@@ -78,7 +79,11 @@ def resolve_spec(model: ModelChoice, serving: ServingChoice,
         plan_text = rec.text()
     elif auto:
         plan_text = f"auto: {source}; starting on one GPU without offload (the planner needs GPU memory sizes)"
-    spec.validate(visible_gpus=len(visible) or None)
+    found = versions.detect(config.resolved_server_command(), extra_env=config.extra_env)
+    if found is not None:
+        found.check()            # refuses a missing or mismatched vllm / vllm-omni pair before launch
+    spec.validate(visible_gpus=len(visible) or None,
+                  version=found.omni_minor if found is not None else DEFAULT_VERSION)
 
     fallback: Optional[Fallback] = None
     if serving.auto_fallback and sizes:

@@ -85,8 +85,9 @@ def server_python(command: list[str], explicit: Optional[str] = None) -> Optiona
             line = fh.readline().decode(errors="replace").strip()
     except OSError:
         return None
-    if line.startswith("#!"):
-        return line[2:].split()[0] if "env" not in line else line.split()[-1]
+    parts = line[2:].split() if line.startswith("#!") else []
+    if parts:
+        return parts[-1] if Path(parts[0]).name == "env" else parts[0]   # "#!/usr/bin/env python3"
     return None
 
 
