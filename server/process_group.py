@@ -211,7 +211,7 @@ def spawn(argv: Sequence[str], env: dict[str, str], log_fd: int, cwd: Optional[s
     return proc
 
 
-def find_server_child(proc: ServerProcess, timeout: float = 5.0) -> None:
+def find_server_child(proc: ServerProcess, timeout: float = 30.0) -> None:
     """Record the real server's pid (the watchdog's child) and its create time."""
     if proc.popen is None:
         return

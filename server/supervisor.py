@@ -396,6 +396,8 @@ class Supervisor:
                 hint = "'startup_timeout_s' in the launcher config or VLLM_OMNI_LAUNCHER_STARTUP_TIMEOUT_S"
                 raise failures.startup_timeout(budget, phase_text, tail, hint)
             self._wake.wait(0.02 if self._fast_poll else 0.1)
+        if proc.server_pid is None:
+            process_group.find_server_child(proc, timeout=5.0)
         with self._lock:
             self._ready = True
             self._ever_ready = True
@@ -719,7 +721,8 @@ class Supervisor:
     def _open_log(self, spec: LaunchSpec, shown: dict) -> tuple[str, int]:
         logs = Path(self._data_dir).expanduser() / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        existing = sorted(logs.glob("*.log"), key=lambda p: p.stat().st_mtime)
+        in_use = {s.log_path for s in all_servers() if s.alive()}
+        existing = sorted((p for p in logs.glob("*.log") if str(p) not in in_use), key=_mtime)
         for old in existing[:max(0, len(existing) - (LOGS_KEPT - 1))]:
             for victim in (old, old.with_name(old.name + ".1")):
                 try:
@@ -791,6 +794,13 @@ class Supervisor:
 
 def _gpus(spec: LaunchSpec) -> str:
     return ",".join(map(str, spec.gpus)) if spec.gpus is not None else "all visible"
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _wait_port_free(host: str, port: int, seconds: float) -> bool:

@@ -15,8 +15,11 @@ Usage::
 
     COMFYUI_DIR=/path/to/ComfyUI python tests/comfyui/make_workflows.py [--python PY]
 
-Then review the diff, and when a template is released, copy it to
-``tests/unit/released_workflows/`` (``--freeze``): that frozen copy must keep loading.
+The output is deterministic (same files for the same node definitions and front end).
+Then review the diff, refresh the screenshots and card thumbnails with
+``run_real_comfyui.py --screenshots docs/screenshots --thumbnails``, and when a template is
+released copy it to ``tests/unit/released_workflows/`` (``--freeze``): that frozen copy must
+keep loading with every later version of the nodes (tests/unit/test_workflows.py).
 """
 from __future__ import annotations
 

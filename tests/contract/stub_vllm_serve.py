@@ -169,7 +169,7 @@ ARGV = sys.argv[1:]
 
 # Job storage: a private directory unless the caller chose one (upstream default /tmp/storage).
 if not os.environ.get("VLLM_OMNI_SERVER_STORAGE__PATH") and not os.environ.get("VLLM_OMNI_STORAGE_PATH"):
-    os.environ["VLLM_OMNI_SERVER_STORAGE__PATH"] = upstream.make_temp_dir("vllm-omni-stub-storage-")
+    os.environ["VLLM_OMNI_SERVER_STORAGE__PATH"] = upstream.make_temp_dir("storage")
 STORAGE_DIR = os.environ.get("VLLM_OMNI_SERVER_STORAGE__PATH") or os.environ.get("VLLM_OMNI_STORAGE_PATH")
 
 upstream.snapshot_hardware()

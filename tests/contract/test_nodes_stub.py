@@ -181,3 +181,50 @@ def test_cancel_deletes_the_job_and_restarts_a_server_still_busy(tmp_path, monke
         finally:
             supervisor.stop_all()
     assert not sup.alive()
+
+
+def test_auto_serving_falls_back_down_the_planner_ladder_on_oom(tmp_path, monkeypatch):
+    """Serving 'auto' on an 80 GB card picks no offload for TI2V-5B; the stub (like a real card that
+    is fuller than planned) runs out of memory at load unless CPU offload is on. The supervisor
+    asks the planner for the next rung, relaunches, and the node says what changed."""
+    supervisor.stop_all()
+    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_SERVER_CMD", f"{server_python()} {STUB_SCRIPT}")
+    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB", "80")
+    monkeypatch.setenv("VLLM_OMNI_STUB_OOM_UNLESS", "--enable-cpu-offload,--enable-layerwise-offload")
+    with ComfyStandIn() as comfy:
+        model = NODE_CLASS_MAPPINGS["VLLMOmniLoadModel"]().load(TI2V)[0]
+        serving = _serving(gpus="auto", parallel_mode="auto", auto_fallback=True)
+        try:
+            handle = NODE_CLASS_MAPPINGS["VLLMOmniLocalServer"]().start(model, serving, unique_id="srv")[0]
+            sup = supervisor.find(handle.server_id)
+            assert sup is not None and sup.ready()
+            assert sup.spec.memory.offload in ("module", "layerwise")       # what finally fit
+            assert sup.requested_spec.memory.offload == "none"             # what the plan chose first
+            note = sup.status().fallback_note or ""
+            assert "offload" in note
+            texts = "\n".join(t for t, _ in comfy.texts)
+            assert "Recommended" in texts and "offload" in texts            # plan and change shown on the node
+            image, _, _ = _generate(handle, frames=5)
+            assert tuple(image.shape) == (5, 64, 64, 3)
+        finally:
+            supervisor.stop_all()
+
+
+def test_auto_fallback_off_stops_with_the_plan_and_the_fix(tmp_path, monkeypatch):
+    supervisor.stop_all()
+    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_SERVER_CMD", f"{server_python()} {STUB_SCRIPT}")
+    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB", "80")
+    monkeypatch.setenv("VLLM_OMNI_STUB_OOM_AT_LOAD", "1")
+    with ComfyStandIn():
+        model = NODE_CLASS_MAPPINGS["VLLMOmniLoadModel"]().load(TI2V)[0]
+        serving = _serving(gpus="auto", parallel_mode="auto", auto_fallback=False)
+        try:
+            with pytest.raises(LauncherError) as err:
+                NODE_CLASS_MAPPINGS["VLLMOmniLocalServer"]().start(model, serving, unique_id="srv")
+            assert "out of memory" in str(err.value).lower()
+            assert "CUDA out of memory" in err.value.raw          # upstream's own words kept
+        finally:
+            supervisor.stop_all()
+        assert not any(s.alive() for s in supervisor.all_servers())

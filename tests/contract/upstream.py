@@ -38,6 +38,8 @@ MODEL --omni`` takes: ``vllm.entrypoints.cli.main`` -> ``vllm_omni.entrypoints.c
 -> ``InlineStageDiffusionClient`` -> ``DiffusionEngine`` -> executor.
 
 Call :func:`prepare_process_env` before importing anything from vllm / huggingface_hub.
+Temporary directories (HF cache, job storage) are named ``vllm-omni-stub-<kind>-<pid>-*``;
+they are removed at exit, and ones left by killed processes are swept at the next start.
 """
 from __future__ import annotations
 
@@ -77,11 +79,16 @@ def visible_device_count(environ: dict[str, str] | None = None) -> int:
 
 
 _TEMP_DIRS: list[str] = []
+_TEMP_PREFIX = "vllm-omni-stub-"
 
 
-def make_temp_dir(prefix: str) -> str:
-    """A temporary directory removed at exit (also by :func:`remove_temp_dirs`)."""
-    path = tempfile.mkdtemp(prefix=prefix)
+def make_temp_dir(kind: str) -> str:
+    """A private temporary directory, removed at exit (also by :func:`remove_temp_dirs`).
+
+    Named ``vllm-omni-stub-<kind>-<pid>-*`` so a later process can sweep the ones left by
+    a process that was SIGKILLed (:func:`sweep_stale_temp_dirs`).
+    """
+    path = tempfile.mkdtemp(prefix=f"{_TEMP_PREFIX}{kind}-{os.getpid()}-")
     if not _TEMP_DIRS:
         atexit.register(remove_temp_dirs)
     _TEMP_DIRS.append(path)
@@ -93,13 +100,46 @@ def remove_temp_dirs() -> None:
         shutil.rmtree(_TEMP_DIRS.pop(), ignore_errors=True)
 
 
+def sweep_stale_temp_dirs() -> None:
+    """Remove temp dirs of stub/resolver processes that no longer exist."""
+    import re
+
+    root = Path(tempfile.gettempdir())
+    for path in root.glob(f"{_TEMP_PREFIX}*"):
+        m = re.match(rf"{_TEMP_PREFIX}[a-z]+-(\d+)-", path.name)
+        if not m or not path.is_dir():
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except (PermissionError, OSError):
+            pass
+
+
+def _install_sigterm_cleanup() -> None:
+    """Before uvicorn installs its handlers, SIGTERM kills the process (upstream: default
+    action); remove our temp dirs first, then die of the same signal."""
+    import signal
+
+    def handler(signum, frame):
+        remove_temp_dirs()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGTERM, handler)
+
+
 def prepare_process_env() -> str:
     """Environment for the fixture Hub; must run before vllm/huggingface_hub import.
 
     Returns the private Hugging Face hub cache directory (its ``HF_HOME`` is deleted at
     exit), so fixture downloads never touch the user's cache and no token is sent.
     """
-    home = make_temp_dir("vllm-omni-stub-hf-")
+    sweep_stale_temp_dirs()
+    _install_sigterm_cleanup()
+    home = make_temp_dir("hf")
     cache = os.path.join(home, "hub")
     os.environ["HF_HOME"] = home
     os.environ["HF_HUB_CACHE"] = cache
@@ -196,12 +236,9 @@ class FixtureHub:
                 entries += [{"type": "directory", "oid": sha, "size": 0, "path": d} for d in sorted(dirs)]
                 return self._json(request, entries)
             if rest[0] == "paths-info":
-                wanted = []
-                try:
-                    form = dict(pair.split("=", 1) for pair in request.content.decode().split("&") if "=" in pair)
-                    wanted = [unquote(form.get("paths", ""))]
-                except Exception:
-                    pass
+                from urllib.parse import parse_qs
+
+                wanted = parse_qs(request.content.decode(errors="replace")).get("paths", [])
                 return self._json(request, [
                     {"type": "file", "oid": hashlib.sha1(files[p]).hexdigest(), "size": len(files[p]), "path": p}
                     for p in wanted if p in files])
@@ -224,16 +261,6 @@ class FixtureHub:
                 "Accept-Ranges": "bytes",
             }, content=b"" if request.method == "HEAD" else data)
         return self._not_found(request, "EntryNotFound", "Entry not found")
-
-    # httpx transports are context managers / closable
-    def close(self) -> None:
-        pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        pass
 
 
 def install_fixture_hub() -> None:

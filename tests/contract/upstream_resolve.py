@@ -163,7 +163,8 @@ def main() -> int:
     json.dump(results, out, indent=1)
     out.write("\n")
     out.flush()
-    # Skip interpreter teardown of upstream background threads.
+    # Skip interpreter teardown of upstream background threads (atexit would not run).
+    upstream.remove_temp_dirs()
     os._exit(0)
 
 

@@ -15,7 +15,9 @@ from vllm_omni_launcher.server.logwatch import (LogFollower, ProgressTracker, Sp
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 TI2V_1GPU = LOGS / "vllm-omni-0.26-serve-ti2v-tiny-1gpu.log"
 T2V_2GPU = LOGS / "vllm-omni-0.26-serve-t2v-tiny-cfg2-2gpu.log"
-SAMPLES = [TI2V_1GPU, T2V_2GPU]
+# plus the logs of our own supervisor's real run on 2x H200 (bench/results, issue: real GPUs)
+OUR_RUN = sorted((Path(__file__).resolve().parents[2] / "bench" / "results" / "logs").glob("*.log"))
+SAMPLES = [TI2V_1GPU, T2V_2GPU, *OUR_RUN]
 
 
 def _segments(path: Path) -> list[str]:

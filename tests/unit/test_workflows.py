@@ -22,7 +22,6 @@ the files the way the front end does (comfyui-nodes.md 5.3):
 from __future__ import annotations
 
 import copy
-import io
 import json
 import re
 import shlex
@@ -393,6 +392,19 @@ def test_no_absolute_paths_secrets_or_device_names(name):
             assert not re.search(r"\b(sk-[A-Za-z0-9]{8,}|hf_[A-Za-z0-9]{8,})|api_key\s*[:=]|Bearer ", text), text
 
 
+def test_number_widgets_can_be_set_to_the_values_the_wan_rules_ask_for(defs):
+    # ComfyUI's front end (1.27) snaps an edited INT widget to min + k*step: a step of 4 on
+    # frames (min 0) made 81 impossible to type. Every valid Wan2.2 value must be on the grid.
+    gen = defs["VLLMOmniGenerateVideo"]
+    wanted = {"frames": [5, 81, 121], "width": [832, 1280, 480, 704], "height": [480, 704, 832, 1280],
+              "steps": [4, 40, 50]}
+    for name, values in wanted.items():
+        _, opts = gen.input_spec(name)
+        step, low = opts.get("step", 1), opts.get("min", 0)
+        for value in values:
+            assert (value - low) % step == 0 and low <= value <= opts["max"], (name, value, opts)
+
+
 # --------------------------------------------------------------------------- template semantics
 def _generate_request(name: str, defs: dict[str, NodeDef]) -> tuple[Any, dict, bool]:
     ui = load(ui_path(name))
@@ -434,8 +446,10 @@ def test_template_serving_config_resolves_to_a_valid_launch_spec(name, defs, mon
     serving_values = widgets_by_name(defs["VLLMOmniServingConfig"], nodes_of(ui, "VLLMOmniServingConfig")[0])
     serving = defs["VLLMOmniServingConfig"].cls().configure(**serving_values)[0]
     assert isinstance(model, ModelChoice) and isinstance(serving, ServingChoice)
-    spec, plan_text, fallback = resolve_spec(model, serving, LocalConfig())
-    assert spec.validate(visible_gpus=len(memory.split(","))) is not None
+    # the launcher checks the server environment's vllm / vllm-omni pair: use the stub's (0.30)
+    config = LocalConfig(server_command=(stubserver.server_python(), stubserver.STUB_SCRIPT))
+    spec, plan_text, fallback = resolve_spec(model, serving, config)
+    assert spec.validate(visible_gpus=len(memory.split(","))) == []      # no warnings either
     assert fallback is not None, "auto_fallback is on in every template"
     if layout is None:       # 'auto' on one 24 GB GPU: the planner chose, and said so
         assert serving.parallel_mode == "auto" and plan_text
@@ -583,7 +597,7 @@ class StandInExecutor:
         tensor = torch.from_numpy(array)[None]
         return {"result": (tensor, torch.zeros(tensor.shape[:3]))}
 
-    def core_SaveVideo(self, video: Any, filename_prefix: str, format: str, codec: str) -> dict:  # noqa: A002
+    def core_SaveVideo(self, video: Any, filename_prefix: str, format: str, codec: str) -> dict:  # noqa: A002, N802
         subfolder, _, prefix = filename_prefix.rpartition("/")
         folder = self.output_dir / subfolder
         folder.mkdir(parents=True, exist_ok=True)
