@@ -387,7 +387,8 @@ class ModelFacts:
             transformers=tuple(name for name, _ in dits),
             dit_bytes=dit_bytes,
             text_encoder_bytes=te_bytes,
-            vae_bytes=2 * 127_000_000 if vae else 0,
+            # Wan2.1 VAE (base_dim 96) has ~127 M parameters; scale with the width
+            vae_bytes=int(2 * 127_000_000 * (int(vae.get("base_dim", 96)) / 96) ** 2) if vae else 0,
             num_shards=max(1, len(dits)),
         )
 

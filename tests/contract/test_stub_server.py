@@ -294,7 +294,7 @@ def runs(request) -> dict:
     stubserver.server_python()  # a missing server python fails every test here, loudly
     here = os.path.abspath(__file__)
     needed = sorted({_scenario_of(item) for item in request.session.items
-                     if os.path.abspath(str(item.fspath)) == here} - {None})
+                     if os.path.abspath(str(getattr(item, "path", "") or item.fspath)) == here} - {None})
     results: dict = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, PARALLEL)) as pool:
         futures = {name: pool.submit(SCENARIOS[name]) for name in needed}
