@@ -6,8 +6,7 @@ supervisor's module-level registry; the API key is looked up at use, never carri
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Optional
+from dataclasses import dataclass
 
 from ..models import FAMILIES, WanFamily
 
@@ -43,7 +42,6 @@ class ServingChoice:
     compile: bool = True
     keep_alive_minutes: float = 0.0
     auto_fallback: bool = True
-    plan_text: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -67,8 +65,3 @@ class ServerHandle:
                 f"gen={self.generation})")
 
     __str__ = __repr__
-
-
-def short(text: Optional[str], limit: int = 80) -> str:
-    text = text or ""
-    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -24,7 +24,7 @@ def handle_for(sup: "supervisor.Supervisor") -> ServerHandle:
     status = sup.status()
     return ServerHandle("local", sup.url, sup.spec.served_name, sup.spec.family.key,
                         server_id=status.fingerprint, generation=sup.generation,
-                        server_version=getattr(sup, "server_version", (0, 30)))
+                        server_version=sup.server_version)
 
 
 class LocalServer:

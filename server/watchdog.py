@@ -47,25 +47,25 @@ def _say(text: str) -> None:
         pass
 
 
-def _start_ticks(pid: int) -> Optional[int]:
-    """Process start time in clock ticks since boot (field 22 of /proc/PID/stat); None if gone."""
+def _stat_fields(pid: int) -> Optional[list[str]]:
+    """Fields of /proc/PID/stat after the command name (state first); None if the process is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             data = fh.read().decode("latin-1")
     except OSError:
         return None
-    rest = data[data.rfind(")") + 2:].split()
-    return int(rest[19])
+    return data[data.rfind(")") + 2:].split()
+
+
+def _start_ticks(pid: int) -> Optional[int]:
+    """Process start time in clock ticks since boot (field 22 of /proc/PID/stat); None if gone."""
+    rest = _stat_fields(pid)
+    return None if rest is None else int(rest[19])
 
 
 def _pgrp(pid: int) -> Optional[int]:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read().decode("latin-1")
-    except OSError:
-        return None
-    rest = data[data.rfind(")") + 2:].split()
-    if rest[0] == "Z":       # zombies hold no memory; they only wait to be reaped
+    rest = _stat_fields(pid)
+    if rest is None or rest[0] == "Z":       # zombies hold no memory; they only wait to be reaped
         return None
     return int(rest[2])
 
