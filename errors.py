@@ -12,10 +12,13 @@ class LauncherError(Exception):
 
     `setting` names the node widget or CLI flag the fix is about, when there is one.
     `raw` is the upstream text (server log tail, HTTP body) kept verbatim.
+    `kind` is a stable machine-readable category (e.g. "refused", "oom_load") that code
+    branches on; "" when no caller needs to tell this failure apart.
     """
 
-    def __init__(self, what: str, why: str = "", fix: str = "", *, setting: str = "", raw: str = "") -> None:
-        self.what, self.why, self.fix, self.setting, self.raw = what, why, fix, setting, raw
+    def __init__(self, what: str, why: str = "", fix: str = "", *, setting: str = "", raw: str = "",
+                 kind: str = "") -> None:
+        self.what, self.why, self.fix, self.setting, self.raw, self.kind = what, why, fix, setting, raw, kind
         super().__init__(self.text())
 
     def text(self) -> str:

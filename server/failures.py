@@ -31,9 +31,8 @@ class ServerFailure(LauncherError):
 
     def __init__(self, kind: str, what: str, why: str = "", fix: str = "", *, setting: str = "",
                  raw: str = "", exit_code: Optional[int] = None) -> None:
-        self.kind = kind
         self.exit_code = exit_code
-        super().__init__(what, why, fix, setting=setting, raw=raw)
+        super().__init__(what, why, fix, setting=setting, raw=raw, kind=kind)
 
 
 @dataclass(frozen=True)
