@@ -8,10 +8,17 @@ tell the user the nearest valid value before a GPU minute is spent.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Iterable, Optional
 
 from .errors import LauncherError
+
+if TYPE_CHECKING:
+    from .client.request import VideoRequest
+
+LOCAL_PREFIX = "local/"      # Load Model's label for a folder under ComfyUI's model folders
 
 
 @dataclass(frozen=True)
@@ -68,7 +75,7 @@ def family_for(model: str) -> WanFamily:
     """
     path = Path(model).expanduser()
     if path.is_dir():
-        return _family_from_folder(path)
+        return family_of_folder(path)
     family = _BY_HF_ID.get(model.strip().lower())
     if family is None:
         raise LauncherError(
@@ -82,7 +89,8 @@ def family_for(model: str) -> WanFamily:
     return family
 
 
-def _family_from_folder(path: Path) -> WanFamily:
+def family_of_folder(path: Path) -> WanFamily:
+    """The Wan2.2 family a Diffusers folder holds, from its model_index.json (as upstream reads it)."""
     index = path / "model_index.json"
     if not index.is_file():
         raise LauncherError(
@@ -149,3 +157,86 @@ def check_request(family: WanFamily, *, width: int, height: int, frames: int, ha
             "disconnect the image, or load I2V-A14B or TI2V-5B for image-to-video",
             setting="image",
         )
+
+
+# ----------------------------------------------------------------------------- local folders
+@dataclass(frozen=True)
+class LocalModel:
+    """A Wan2.2 Diffusers folder found under one of ComfyUI's model folders."""
+
+    label: str               # "local/<path relative to the model folder>", never an absolute path
+    path: Path
+    family: WanFamily
+
+
+def find_local_models(roots: Iterable[Path]) -> dict[str, LocalModel]:
+    """Every Wan2.2 Diffusers folder under `roots`, at any depth, keyed by its label.
+
+    Walks like ComfyUI's own Diffusers loader (recursively, following links, labelled by
+    relative path), so `models/diffusers/Wan-AI/Wan2.2-TI2V-5B-Diffusers`, the layout
+    `huggingface-cli download --local-dir` makes, is found. A folder with model_index.json
+    is a model and is not searched further; other pipelines (SDXL, ...) are skipped. The
+    first root wins when two hold the same relative path.
+    """
+    found: dict[str, LocalModel] = {}
+    for root in roots:
+        visited: set[str] = set()
+        for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+            real = os.path.realpath(dirpath)
+            if real in visited:            # a link back up the tree
+                dirnames[:] = []
+                continue
+            visited.add(real)
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            if "model_index.json" not in filenames:
+                continue
+            dirnames[:] = []
+            folder = Path(dirpath)
+            try:
+                family = family_of_folder(folder)
+            except LauncherError:
+                continue
+            relative = folder.relative_to(root).as_posix()
+            label = LOCAL_PREFIX + (relative if relative != "." else folder.name)
+            found.setdefault(label, LocalModel(label, folder, family))
+    return found
+
+
+# ----------------------------------------------------------------------------- requests
+def request_for(family: WanFamily, *, prompt: str, negative_prompt: Optional[str] = None,
+                width: Optional[int] = None, height: Optional[int] = None, frames: Optional[int] = None,
+                fps: Optional[float] = None, steps: Optional[int] = None, guidance: Optional[float] = None,
+                guidance_2: Optional[float] = None, boundary_ratio: Optional[float] = None,
+                flow_shift: Optional[float] = None, seed: Optional[int] = None,
+                image_png: Optional[bytes] = None) -> "VideoRequest":
+    """The one place request defaults are filled in and checked (nodes and CLI).
+
+    A value left out takes the model's recommended one: None, or the node widgets' markers
+    (0 for width, height, frames, fps and steps; any negative number for guidance,
+    guidance_2, boundary_ratio and flow_shift, where 0 is a real value). guidance_2 and
+    boundary_ratio are sent only to the two-expert A14B models. Raises LauncherError,
+    naming the setting and the nearest valid value, before anything reaches a server.
+    """
+    from .client.request import VideoRequest   # lazy: the server side imports models without the client
+
+    if not (prompt or "").strip():
+        raise LauncherError("The prompt is empty", "vLLM-Omni requires a prompt for Wan2.2",
+                            "write a prompt", setting="prompt")
+
+    def positive(value: Optional[float], default: float) -> float:
+        return default if value is None or value <= 0 else value
+
+    def given(value: Optional[float], default: float) -> float:
+        return default if value is None or value < 0 else value
+
+    width, height = positive(width, family.width), positive(height, family.height)
+    frames = positive(frames, family.frames)
+    check_request(family, width=width, height=height, frames=frames, has_image=image_png is not None)
+    two = family.experts == 2
+    return VideoRequest(
+        prompt=prompt, negative_prompt=negative_prompt or None, width=width, height=height, num_frames=frames,
+        fps=positive(fps, family.fps), steps=positive(steps, family.steps),
+        guidance=given(guidance, family.guidance),
+        guidance_2=given(guidance_2, family.guidance_2) if two else None,
+        boundary_ratio=given(boundary_ratio, family.boundary_ratio) if two else None,
+        flow_shift=given(flow_shift, family.flow_shift), seed=seed, image_png=image_png)

@@ -28,7 +28,7 @@ def main() -> int:
 
     from stubserver import STUB_SCRIPT, server_python
     from vllm_omni_launcher.client.api import VideoClient, VideoRequest
-    from vllm_omni_launcher.server import supervisor
+    from vllm_omni_launcher.server import registry
     from vllm_omni_launcher.server.local_config import load_local_config
     from vllm_omni_launcher.server.spec import LaunchSpec
 
@@ -41,7 +41,7 @@ def main() -> int:
     try:
         for prompt_no in (1, 2):
             t0 = time.monotonic()
-            sup = supervisor.get_or_start(spec, load_local_config())
+            sup = registry.get_or_start(spec, load_local_config())
             t_ready = time.monotonic()
             with VideoClient(sup.url, api_key=sup.api_key) as client:
                 result = client.generate(request)
@@ -49,7 +49,7 @@ def main() -> int:
                          "job_s": result.timings["decoded"], "generation": sup.generation,
                          "pid": sup.status().pid})
     finally:
-        supervisor.stop_all()
+        registry.stop_all()
     first, second = rows
     out = {"bench": "warm_second_prompt", "rows": rows,
            "relaunched": first["pid"] != second["pid"] or first["generation"] != second["generation"],

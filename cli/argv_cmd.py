@@ -1,24 +1,24 @@
-"""`argv`: show exactly what would be launched, without launching it."""
+"""`argv`: show exactly what would be launched, without launching it.
+
+The output is deterministic: where neither --port nor the local config names a port, the
+argv shows PORT_PLACEHOLDER (8091) instead of the free port a launch would pick, and says so
+on stderr, so the same options print the same command on every call.
+"""
 from __future__ import annotations
 
 import argparse
 import json
 import shlex
-import socket
+import sys
 
 from ..server.local_config import load_local_config
-from .launch_options import add_launch_options, spec_from_args
+from .launch_options import PORT_PLACEHOLDER, add_launch_options, spec_from_args
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_launch_options(parser)
-    parser.add_argument("--json", action="store_true", help='print {"argv": [...], "env": {...}}')
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    parser.add_argument("--json", action="store_true",
+                        help='print {"argv": [...], "env": {...}, "port_placeholder": true|false}')
 
 
 def run(args: argparse.Namespace) -> int:
@@ -26,14 +26,18 @@ def run(args: argparse.Namespace) -> int:
     spec = spec_from_args(args, default_host=config.host)
     warnings = spec.validate()
     executable = list(config.server_command) or ["vllm"]
-    command = spec.build(executable, spec.port or config.port or _free_port(spec.host),
-                         api_key="***", trust_remote_code=config.trust_remote_code)
+    port = spec.port or config.port
+    command = spec.build(executable, port or PORT_PLACEHOLDER, api_key="***",
+                         trust_remote_code=config.trust_remote_code)
     shown = command.redacted()
     if args.json:
-        print(json.dumps(shown))
+        print(json.dumps({**shown, "port_placeholder": port is None}))
     else:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in shown["env"].items())
         print((env + " " if env else "") + shlex.join(shown["argv"]))
+    if port is None:
+        print(f"note: no port is set (--port or the local config), so {PORT_PLACEHOLDER} is shown; "
+              "a launch picks a free port instead", file=sys.stderr)
     for warning in warnings:
-        print(f"warning: {warning}", file=__import__("sys").stderr)
+        print(f"warning: {warning}", file=sys.stderr)
     return 0

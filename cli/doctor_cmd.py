@@ -1,6 +1,7 @@
 """`doctor`: check GPUs, peer-to-peer, the server environment, disk, the model folder and the port.
 
-Works on a machine without a GPU: each check it cannot run says so and why.
+Works on a machine without a GPU: each check it cannot run says so and why. Exit code 4
+(ExitCode.PROBLEMS_FOUND) when a check found a problem, 0 otherwise.
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 
 from ..planner.doctor import run_doctor
 from ..server.local_config import load_local_config
+from .exit_codes import ExitCode
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,7 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="HF id or local folder to check (folder validity, or disk space for the download)")
     parser.add_argument("--port", type=int, default=None, help="port to check (default: the local config's)")
     parser.add_argument("--host", default=None, help="host to check the port on (default: the local config's)")
-    parser.add_argument("--timeout", type=float, default=90.0, help="seconds for the server environment script")
+    parser.add_argument("--timeout", type=float, default=90.0, metavar="SECONDS",
+                        help="how long the server environment's version script may take (default: 90)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -27,4 +30,4 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_dict(), indent=1))
     else:
         print(report.text())
-    return 0 if report.ok else 1
+    return ExitCode.OK if report.ok else ExitCode.PROBLEMS_FOUND

@@ -4,13 +4,16 @@
       --frames 81 --gpu-memory 24,24
 
 Without --gpu-memory it asks NVML for this machine's GPUs (free memory); with it, it plans for
-GPUs that are not present (sizes in GB, e.g. 24,24 or 80 or 2x141).
+GPUs that are not present (sizes in GB, e.g. 24,24 or 80 or 2x141). Offload needs host RAM for
+the weights it moves off the GPU: --host-ram plans for a machine other than this one.
+
+Exit code 0 when the recommendation (or, with --no-recommend, the given spec) fits, 3
+(ExitCode.DOES_NOT_FIT) when nothing does; the report says why either way.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from ..errors import LauncherError
 from ..models import check_request
@@ -18,7 +21,9 @@ from ..planner.gpus import parse_gpu_memory
 from ..planner.ladder import recommend
 from ..planner.memory import RequestShape, plan
 from ..server.local_config import load_local_config
+from .exit_codes import ExitCode
 from .launch_options import add_launch_options, spec_from_args
+from .report import error_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
         warnings = spec.validate(visible_gpus=len(gpus) if gpus else None)
         spec_error = None
     except LauncherError as exc:
+        if args.no_recommend:
+            raise                   # nothing else to report: the given spec is the whole question
         spec_error = exc
     breakdown = None
     if spec_error is None:
@@ -79,10 +86,10 @@ def run(args: argparse.Namespace) -> int:
             rec_error = exc
     if args.json:
         out = {"plan": breakdown.to_dict() if breakdown else None,
-               "spec_error": str(spec_error) if spec_error else None,
+               "spec_error": error_json(spec_error)["error"] if spec_error else None,
                "warnings": warnings,
                "recommendation": rec.to_dict() if rec else None,
-               "recommendation_error": str(rec_error) if rec_error else None}
+               "recommendation_error": error_json(rec_error)["error"] if rec_error else None}
         print(json.dumps(out, indent=1))
     else:
         if spec_error:
@@ -96,7 +103,6 @@ def run(args: argparse.Namespace) -> int:
             print("\n== recommendation ==")
             print(rec.text())
         elif rec_error:
-            print(f"\nno recommendation: {rec_error}", file=sys.stderr)
-    if rec is not None:
-        return 0 if rec.spec is not None else 3
-    return 0 if (breakdown is not None and breakdown.fits is not False) else 3
+            print(f"\nno recommendation: {rec_error}")
+    fits = rec.spec is not None if rec is not None else breakdown is not None and breakdown.fits is not False
+    return ExitCode.OK if fits else ExitCode.DOES_NOT_FIT

@@ -5,6 +5,10 @@ was ready, and Ctrl-C (or SIGTERM) stops its whole process group and checks noth
 left. The server gets a fresh API key that lives only in its environment; to let clients
 on other machines use it, `--api-key-file PATH` writes the key there (0600, removed on
 exit). `--no-api-key` serves without a key, for a trusted machine or network.
+
+Before anything starts, the server environment's vllm / vllm-omni pair is checked exactly as
+the Local Server node checks it (server.versions.checked_server_version). Results (the URL
+line and where the key was written) go to stdout; phases, hints and the stop report to stderr.
 """
 from __future__ import annotations
 
@@ -15,11 +19,14 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from ..errors import LauncherError
 from ..server.local_config import load_local_config
-from ..server.supervisor import Status, Supervisor
+from ..server.redact import strip_control
+from ..server.registry import Status, Supervisor
+from ..server.versions import checked_server_version
+from .exit_codes import ExitCode
 from .launch_options import add_launch_options, spec_from_args
 
 
@@ -45,21 +52,26 @@ def _write_key(path: Path, key: str) -> None:
     os.replace(tmp, path)
 
 
-def _printer() -> "callable":
+def _say(text: str) -> None:
+    """Progress and hints: stderr, so stdout carries only the results."""
+    print(text, file=sys.stderr, flush=True)
+
+
+def _printer() -> Callable[[Status], None]:
     last: list[Optional[str]] = [None]
 
     def show(status: Status) -> None:
         line = f"[{time.strftime('%H:%M:%S')}] {status.phase}: {status.text}"
         if line != last[0]:
             last[0] = line
-            print(line, flush=True)
+            _say(line)
     return show
 
 
 def run(args: argparse.Namespace) -> int:
     config = load_local_config()
     spec = spec_from_args(args, default_host=config.host)
-    for warning in spec.validate():
+    for warning in spec.validate(version=checked_server_version(config)):
         print(f"warning: {warning}", file=sys.stderr)
     if args.no_api_key and spec.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: serving on {spec.host} without an API key: anyone who can reach it can use the GPUs",
@@ -74,27 +86,26 @@ def run(args: argparse.Namespace) -> int:
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     key_path = Path(args.api_key_file).expanduser() if args.api_key_file else None
-    code = 0
+    code: int = ExitCode.OK
     try:
         try:
             sup.start(on_status=_printer(), timeout=args.startup_timeout)
-        except LauncherError as exc:
+        except LauncherError:
             if stop_requested.is_set():
-                print("Stopped before the server was ready.", flush=True)
-                return 130
-            print(f"error: {exc}", file=sys.stderr, flush=True)
-            return 1
+                _say("Stopped before the server was ready.")
+                return ExitCode.INTERRUPTED
+            raise                       # reported by the CLI (text or JSON) after the stop below
         print(f"Serving {spec.served_name} at {sup.url}  (OpenAI-style API under {sup.url}/v1)", flush=True)
         if args.no_api_key:
-            print("No API key: requests need no Authorization header.", flush=True)
+            _say("No API key: requests need no Authorization header.")
         elif key_path is not None:
             _write_key(key_path, sup.api_key or "")
             print(f"API key written to {key_path} (mode 0600; send it as 'Authorization: Bearer <key>').",
                   flush=True)
         else:
-            print("The API key exists only in the server's environment; use --api-key-file PATH to hand it to "
-                  "clients, or --no-api-key on a trusted machine.", flush=True)
-        print("Press Ctrl-C to stop.", flush=True)
+            _say("The API key exists only in the server's environment; use --api-key-file PATH to hand it to "
+                 "clients, or --no-api-key on a trusted machine.")
+        _say("Press Ctrl-C to stop.")
         written_key = sup.api_key
         while not stop_requested.wait(0.5):
             status = sup.status()
@@ -102,28 +113,26 @@ def run(args: argparse.Namespace) -> int:
                 _write_key(key_path, sup.api_key)      # a restart made a new key
                 written_key = sup.api_key
             if status.phase == "failed":
-                print(f"error: {sup.last_error or status.text}", file=sys.stderr, flush=True)
-                code = 1
+                _say(f"error: {strip_control(str(sup.last_error or status.text))}")
+                code = ExitCode.LAUNCHER_ERROR
                 break
             if status.phase == "stopped" and not sup.alive():
-                print("The server stopped (keep-alive expired).", flush=True)
+                _say("The server stopped (keep-alive expired).")
                 break
     finally:
-        print("Stopping the server…", flush=True)
+        _say("Stopping the server…")
         pgid = sup.pgid
         sup.stop(timeout=30)
         if key_path is not None:
             key_path.unlink(missing_ok=True)
         left = _leftovers(pgid)
         if left:
-            print(f"warning: processes {left} of the server did not exit", file=sys.stderr, flush=True)
-            code = code or 1
+            _say(f"warning: processes {left} of the server did not exit")
+            code = code or ExitCode.LAUNCHER_ERROR
         else:
-            print("Stopped; no server process is left.", flush=True)
+            _say("Stopped; no server process is left.")
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if stop_requested.is_set() and code == 0:
-        return 0
     return code
 
 

@@ -2,11 +2,15 @@
 
 Plain Python (requests, numpy, PyAV, Pillow); no ComfyUI, no torch.
 
-* `api`    VideoRequest (the multipart form), VideoClient (health, models, submit, status,
-           download, delete, generate), JobState, JobUpdate, GenerationResult,
-           GenerationCancelled.
-* `http`   the session, bounded retries with backoff, and upstream errors turned into
-           LauncherError text naming the setting to change.
-* `frames` decode_mp4 (MP4 -> float32 [F, H, W, 3] in 0..1, one preallocated array) and
-           image_to_png (IMAGE -> PNG bytes for I2V uploads).
+* `api`         VideoClient (health, models, submit, status, download, delete, generate),
+                JobState, JobUpdate, GenerationResult, GenerationCancelled.
+* `request`     VideoRequest: the multipart form of one Wan2.2 job.
+* `bounds`      ClipBounds: the size, frames and bytes a server's clip may have for a request.
+* `transport`   the one HTTP layer: session, RetryPolicy, Deadlines, cancel-aware waits, one
+                request function (also used by server/probe.py).
+* `abortable`   worker-thread tries whose blocked reads a cancel or deadline stops at once.
+* `http_errors` failures (connection, deadline, size, HTTP error bodies) as LauncherError text
+                naming the setting to change.
+* `frames`      decode_mp4 (MP4 -> float32 [F, H, W, 3] in 0..1, one preallocated array, checked
+                against ClipBounds first) and image_to_png (IMAGE -> PNG bytes for I2V uploads).
 """

@@ -1,149 +1,50 @@
 """The vLLM-Omni /v1/videos client: submit a Wan2.2 job, poll it, download and decode the MP4.
 
-Upstream facts this follows (vllm-omni-serving.md section 4):
+Upstream facts this follows (checked against the 0.30 wheel's HTTP layer):
 
-* `POST /v1/videos` takes multipart/form-data only and returns a queued job; the job runs
-  asynchronously. `num_frames` and `fps` are always sent (omitting them gives a 1-frame clip
-  at 24 fps). `model` is never sent (a mismatch is a 400 and the server knows its model).
+* `POST /v1/videos` (multipart, see request.py) returns a queued job; the job runs
+  asynchronously.
 * `GET /v1/videos/{id}` has no progress (0 -> 100 at the end); a failed job answers with
   its body and a non-2xx status (usually 500).
 * `GET /v1/videos/{id}/content` is the H.264 MP4. `DELETE /v1/videos/{id}` removes a job;
   on a queued or running job it may answer 409 "Cancellation in progress" for a while.
   DELETE cannot stop a Wan denoise that already started: the GPU stays busy until it ends.
-* 0.26 takes `fps` as an int, 0.30 as a float >= 1.
+
+Every call goes through transport.Transport (retries, deadlines, cancel). The server is
+untrusted: job ids are URL-quoted into one path segment, the download is capped and the MP4
+checked against the request before decoding (bounds.py), and server text is shown without
+control characters.
 
 `VideoClient.generate` polls in <= poll_interval (default 0.25 s) slices, so a finished job
 is noticed within a quarter second, and cancellation is checked at least every 0.25 s.
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
-
-import requests
+from urllib.parse import quote
 
 from ..errors import LauncherError
+from ..server.redact import strip_control
 from .frames import DecodedVideo, decode_mp4
-from .http import (
-    RETRY_STATUSES,
-    Cancelled,
-    RetryPolicy,
-    Transport,
-    error_message,
-    http_error,
-    job_failed_error,
-    parse_body,
-    sleep_checking,
-    unreachable_error,
-)
+from .request import VideoRequest
+from .transport import ONE_TRY, Cancelled, Deadlines, RetryPolicy, Transport, sleep_checking
+from .http_errors import RETRY_STATUSES, error_message, http_error, job_failed_error, model_ids, parse_body
 
 log = logging.getLogger(__name__)
 
 STATUSES = ("queued", "in_progress", "completed", "failed")
-DOWNLOAD_CHUNK = 1 << 20
-
-
-# ----------------------------------------------------------------------------- request
-
-@dataclass
-class VideoRequest:
-    """One Wan2.2 generation. None means "let the server decide" and is not sent.
-
-    `num_frames` and `fps` are always sent. `image_png` (PNG bytes, see frames.image_to_png)
-    is uploaded as `input_reference` for I2V / TI2V. `extra` holds further raw form fields
-    for advanced use (e.g. {"extra_params": '{"sample_solver": "euler"}'}); it may not carry
-    `model`.
-    """
-
-    prompt: str
-    negative_prompt: Optional[str] = None
-    width: Optional[int] = None
-    height: Optional[int] = None
-    num_frames: int = 81
-    fps: float = 16.0
-    steps: Optional[int] = None
-    guidance: Optional[float] = None
-    guidance_2: Optional[float] = None
-    boundary_ratio: Optional[float] = None
-    flow_shift: Optional[float] = None
-    seed: Optional[int] = None
-    image_png: Optional[bytes] = field(default=None, repr=False)
-    extra: dict[str, str] = field(default_factory=dict)
-
-    def form_fields(self, server_version: tuple[int, int] = (0, 30)) -> dict[str, Any]:
-        """The multipart form: str values are text fields; `input_reference` is a
-        (filename, bytes, content type) file part. Raises LauncherError for values the
-        server version cannot take."""
-        fps = _check_fps(self.fps, server_version)
-        if self.num_frames is None or int(self.num_frames) < 1:
-            raise LauncherError(
-                f"frames {self.num_frames} is not valid",
-                "a video needs at least one frame, and the launcher always sends the frame count "
-                "(without it vLLM-Omni makes a 1-frame clip)",
-                "set frames to 4k+1, e.g. 81", setting="frames")
-        values: dict[str, Any] = {
-            "prompt": self.prompt,
-            "negative_prompt": self.negative_prompt,
-            "width": _int_or_none(self.width),
-            "height": _int_or_none(self.height),
-            "num_frames": int(self.num_frames),
-            "fps": fps,
-            "num_inference_steps": _int_or_none(self.steps),
-            "guidance_scale": self.guidance,
-            "guidance_scale_2": self.guidance_2,
-            "boundary_ratio": self.boundary_ratio,
-            "flow_shift": self.flow_shift,
-            "seed": _int_or_none(self.seed),
-        }
-        form: dict[str, Any] = {k: _form_text(v) for k, v in values.items() if v is not None}
-        for key, value in self.extra.items():
-            if key == "model":
-                raise LauncherError(
-                    "The request may not name the model",
-                    "vLLM-Omni answers 400 'Model mismatch' when the form's model differs from the one "
-                    "it serves, and it can only run the model it loaded",
-                    "remove 'model' from the extra form fields", setting="extra")
-            if value is not None:
-                form[key] = _form_text(value)
-        if self.image_png is not None:
-            form["input_reference"] = ("image.png", bytes(self.image_png), "image/png")
-        return form
-
-
-def _check_fps(fps: Any, server_version: tuple[int, int]) -> str:
-    try:
-        value = float(fps)
-    except (TypeError, ValueError):
-        value = float("nan")
-    if not math.isfinite(value) or value < 1:
-        raise LauncherError(
-            f"fps {fps} is not valid",
-            "vLLM-Omni needs a frame rate of at least 1 (it only sets the MP4's rate; Wan does not use it)",
-            "set fps to 16 (A14B models) or 24 (TI2V-5B)", setting="fps")
-    if value.is_integer():
-        return str(int(value))
-    if tuple(server_version) < (0, 30):
-        ver = ".".join(str(p) for p in server_version)
-        raise LauncherError(
-            f"fps {value:g} is not possible with vLLM-Omni {ver}",
-            "versions before 0.30 take the frame rate as a whole number",
-            f"set fps to {round(value)}, or use vLLM-Omni 0.30 or newer", setting="fps")
-    return repr(value)
-
-
-def _int_or_none(value: Any) -> Optional[int]:
-    return None if value is None else int(value)
-
-
-def _form_text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer():
-        return repr(value)  # "4.0": keeps float fields unambiguous
-    return str(value)
+# DELETE repeats 409 "Cancellation in progress" too; short waits, and a short first-byte
+# deadline: it runs on the cancel path, where the user is waiting.
+DELETE_RETRY = RetryPolicy(tries=5, base_s=0.25, max_s=1.0)
+DELETE_FIRST_BYTE_S = 5.0
+HEALTH_DEADLINES = Deadlines(connect_s=2.0, first_byte_s=5.0, body_s=5.0)
+# download() without a request to size it: 1280x720 x 121 frames at 16 bits per pixel, about 223 MB.
+UNSIZED_DOWNLOAD_CAP = 256 << 20
 
 
 # ----------------------------------------------------------------------------- results
@@ -211,25 +112,34 @@ class GenerationCancelled(LauncherError):
         if not job_id:
             why = "the prompt was interrupted before the job reached the server"
             fix = "queue the prompt again when you want the video"
-        super().__init__(f"Job {job_id} was cancelled" if job_id else "The video job was cancelled",
+        super().__init__(f"Job {strip_control(job_id)} was cancelled" if job_id else "The video job was cancelled",
                          why, fix, setting="", raw=raw)
 
 
 # ----------------------------------------------------------------------------- client
+
+REMOTE_LOG_HINT = ("check the log on the machine that runs the server (`serve` prints its path); queue the "
+                   "prompt again once the server answers")
+LOCAL_LOG_HINT = ("Server Status shows what happened and the log path; the launcher restarts a crashed server "
+                  "by itself; queue the prompt again")
 
 class VideoClient:
     """Client for one vLLM-Omni server. Not thread-safe; make one per worker/prompt.
 
     api_key is sent as `Authorization: Bearer` and never appears in repr, errors or logs.
     served_name is informational (from /v1/models); it is never sent with a job.
-    timeout / poll_timeout: (connect, read) seconds for ordinary calls / status polls; a
-    wedged server is reported after retry.tries polls time out.
+    deadlines: connect / first-byte / whole-body limits of every try (the local config's
+    connect_timeout_s, first_byte_timeout_s, body_timeout_s: `Deadlines.from_config`); a
+    wedged server is reported after retry.tries polls ran past the first-byte deadline.
     """
 
     def __init__(self, base_url: str, api_key: Optional[str] = None, served_name: Optional[str] = None,
-                 server_version: tuple[int, int] = (0, 30), *, retry: RetryPolicy = RetryPolicy(),
-                 timeout: tuple[float, float] = (5.0, 30.0), poll_timeout: tuple[float, float] = (3.0, 10.0),
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 server_version: tuple[int, int] = (0, 30), *, deadlines: Deadlines = Deadlines(),
+                 retry: RetryPolicy = RetryPolicy(), sleep: Callable[[float], None] = time.sleep,
+                 log_hint: str = REMOTE_LOG_HINT) -> None:
+        """`log_hint` is the fix given when the server stops answering mid-job: where this
+        caller's user can read what happened (a supervised server has Server Status and its
+        log; a remote one only the log on its own machine)."""
         if not base_url or "://" not in base_url:
             raise LauncherError(
                 f"'{base_url}' is not a server URL", "it needs a scheme and host, like http://127.0.0.1:8091",
@@ -237,8 +147,8 @@ class VideoClient:
         self.base_url = base_url.rstrip("/")
         self.served_name = served_name
         self.server_version = tuple(server_version)[:2]
-        self.poll_timeout = poll_timeout
-        self._http = Transport(self.base_url, api_key, retry=retry, timeout=timeout, sleep=sleep)
+        self.log_hint = log_hint
+        self._http = Transport(self.base_url, api_key, deadlines=deadlines, retry=retry, sleep=sleep)
 
     def __repr__(self) -> str:
         return (f"VideoClient({self.base_url!r}, api_key={'set' if self._http.has_key else None}, "
@@ -256,136 +166,111 @@ class VideoClient:
     # -- simple calls ---------------------------------------------------------------------------
 
     def health(self) -> bool:
-        """True when GET /health answers 200 (no key needed). One try, no retries, never raises."""
+        """True when GET /health answers 200 (no key needed). One short try, never raises."""
         try:
-            resp = self._http.session.get(self.base_url + "/health", timeout=(2.0, 5.0))
-            resp.close()
-            return resp.status_code == 200
-        except requests.exceptions.RequestException:
+            return self._http.request("GET", "/health", what="Checking the server's health", ok=lambda s: True,
+                                      retry=ONE_TRY, deadlines=HEALTH_DEADLINES).status == 200
+        except LauncherError:
             return False
 
     def models(self) -> list[str]:
         """Served model names from GET /v1/models."""
-        resp = self._http.request("GET", "/v1/models", what="Listing the served models")
-        body = parse_body(resp.text) or {}
-        data = body.get("data") if isinstance(body, dict) else None
-        return [str(m.get("id")) for m in data or [] if isinstance(m, dict) and m.get("id")]
+        reply = self._http.request("GET", "/v1/models", what="Listing the served models")
+        return model_ids(parse_body(reply.text)) or []
 
     def submit(self, req: VideoRequest, *, should_cancel: Optional[Callable[[], bool]] = None) -> str:
         """POST /v1/videos; returns the job id. Retried only when the connection failed before sending."""
         form = req.form_fields(self.server_version)
         files = {k: (v if isinstance(v, tuple) else (None, v)) for k, v in form.items()}
         try:
-            resp = self._http.request("POST", "/v1/videos", what="Submitting the video job", idempotent=False,
-                                      files=files, should_cancel=should_cancel)
+            reply = self._http.request("POST", "/v1/videos", what="Submitting the video job", idempotent=False,
+                                       files=files, should_cancel=should_cancel)
         except Cancelled:
             raise GenerationCancelled("", "queued", deleted=True) from None
-        body = parse_body(resp.text)
+        body = parse_body(reply.text)
         job_id = body.get("id") if isinstance(body, dict) else None
-        if not job_id:
+        if not job_id or not isinstance(job_id, (str, int)):
             raise LauncherError(
                 "The server accepted the job but returned no job id",
                 "the answer to POST /v1/videos was not a vLLM-Omni video job",
                 "check that the URL points at vLLM-Omni (vllm serve ... --omni)", setting="server",
-                raw=self._http.redact(resp.text[:4000]))
+                raw=strip_control(self._http.redact(reply.text[:4000])))
         return str(job_id)
 
     def status(self, job_id: str, *, should_cancel: Optional[Callable[[], bool]] = None) -> JobState:
         """GET /v1/videos/{id}. A failed job (HTTP 500 + job body) is a JobState, not an error.
-        Retries gateway errors; a cancel during those waits raises GenerationCancelled."""
+        Retries gateway errors; a cancel during a read or those waits raises GenerationCancelled."""
         try:
             return self._status(job_id, should_cancel)
         except Cancelled:
             raise GenerationCancelled(job_id, deleted=False) from None
 
     def _status(self, job_id: str, should_cancel: Optional[Callable[[], bool]]) -> JobState:
-        resp = self._http.request(
-            "GET", f"/v1/videos/{job_id}", what=f"Checking job {job_id}", job_id=job_id,
-            ok=lambda s: s < 300 or (s >= 400 and s not in RETRY_STATUSES), should_cancel=should_cancel,
-            timeout=self.poll_timeout)
-        text = self._http.redact(resp.text)
+        what = f"Checking job {strip_control(job_id)}"
+        reply = self._http.request(
+            "GET", _job_path(job_id), what=what, job_id=job_id,
+            ok=lambda s: s < 300 or (s >= 400 and s not in RETRY_STATUSES), should_cancel=should_cancel)
+        text = self._http.redact(reply.text)
         body = parse_body(text)
-        if isinstance(body, dict) and body.get("status") in STATUSES and (200 <= resp.status_code < 300
+        if isinstance(body, dict) and body.get("status") in STATUSES and (200 <= reply.status < 300
                                                                           or body.get("status") == "failed"):
             err = body.get("error")
             message = error_message({"error": err}, "") if err else None
             return JobState(str(body.get("id") or job_id), str(body["status"]), message or None,
-                            err.get("code") if isinstance(err, dict) else None, resp.status_code, body)
-        if 200 <= resp.status_code < 300:
+                            err.get("code") if isinstance(err, dict) else None, reply.status, body)
+        if 200 <= reply.status < 300:
             raise LauncherError(
-                f"The server's answer about job {job_id} is not a video job",
-                f"GET /v1/videos/{job_id} returned an unexpected body", "check the server version",
-                setting="server", raw=text[:4000])
-        raise http_error(resp.status_code, text, what=f"Checking job {job_id}", base_url=self.base_url,
-                         sent_key=self._http.has_key, job_id=job_id)
+                f"The server's answer about job {strip_control(job_id)} is not a video job",
+                "GET /v1/videos/{id} returned an unexpected body", "check the server version",
+                setting="server", raw=strip_control(text[:4000]))
+        raise http_error(reply.status, text, what=what, base_url=self.base_url, sent_key=self._http.has_key,
+                         job_id=job_id)
 
-    def download(self, job_id: str, *, should_cancel: Optional[Callable[[], bool]] = None) -> bytes:
-        """GET /v1/videos/{id}/content, streamed in 1 MiB chunks (cancel checked per chunk;
-        a cancel raises GenerationCancelled without deleting the job)."""
+    def download(self, job_id: str, *, max_bytes: int = UNSIZED_DOWNLOAD_CAP, cap_reason: str = "",
+                 should_cancel: Optional[Callable[[], bool]] = None) -> bytes:
+        """GET /v1/videos/{id}/content: at most max_bytes (a larger answer is refused; cap_reason
+        says why it cannot be real), within the body deadline. A cancel raises
+        GenerationCancelled without deleting the job."""
         try:
-            return self._download(job_id, should_cancel)
+            return self._download(job_id, max_bytes, cap_reason, should_cancel)
         except Cancelled:
             raise GenerationCancelled(job_id, "completed", deleted=False) from None
 
-    def _download(self, job_id: str, should_cancel: Optional[Callable[[], bool]]) -> bytes:
-        attempts = self._http.retry.tries
-        for attempt in range(1, attempts + 1):
-            resp = self._http.request(
-                "GET", f"/v1/videos/{job_id}/content", what=f"Downloading job {job_id}", job_id=job_id,
-                stream=True, should_cancel=should_cancel, timeout=(5.0, 60.0))
-            try:
-                size = int(resp.headers.get("Content-Length") or 0)
-                chunks: list[bytes] = []
-                for chunk in resp.iter_content(DOWNLOAD_CHUNK):
-                    if should_cancel is not None and should_cancel():
-                        raise Cancelled()
-                    chunks.append(chunk)
-                data = b"".join(chunks)
-                if size and len(data) != size:
-                    raise requests.exceptions.ChunkedEncodingError(f"got {len(data)} of {size} bytes")
-                return data
-            except (requests.exceptions.ChunkedEncodingError, requests.exceptions.ConnectionError,
-                    requests.exceptions.Timeout) as exc:
-                if attempt == attempts:
-                    raise unreachable_error(self.base_url, exc, tries=attempt) from None
-                sleep_checking(self._http.retry.delays()[attempt - 1], should_cancel, self._http.sleep)
-            finally:
-                resp.close()
-        raise AssertionError("unreachable")  # pragma: no cover
+    def _download(self, job_id: str, max_bytes: int, cap_reason: str,
+                  should_cancel: Optional[Callable[[], bool]]) -> bytes:
+        return self._http.request(
+            "GET", _job_path(job_id, "/content"), what=f"Downloading job {strip_control(job_id)}", job_id=job_id,
+            large_body=True, max_body=max_bytes, cap_reason=cap_reason, should_cancel=should_cancel).body
 
-    def delete(self, job_id: str, *, conflict_tries: int = 5, conflict_wait_s: float = 1.0) -> bool:
+    def delete(self, job_id: str) -> bool:
         """DELETE /v1/videos/{id}, best effort: True when the job is gone (deleted or already
         unknown), False otherwise. Never raises. 409 "Cancellation in progress" is retried."""
-        for attempt in range(1, conflict_tries + 1):
-            try:
-                resp = self._http.request(
-                    "DELETE", f"/v1/videos/{job_id}", what=f"Deleting job {job_id}", job_id=job_id,
-                    ok=lambda s: s < 300 or s in (404, 409), timeout=(3.0, 15.0),
-                    retry=RetryPolicy(tries=3, base_s=0.25, max_s=1.0))
-            except LauncherError as exc:
-                log.warning("Could not delete job %s: %s", job_id, exc.what)
-                return False
-            code = resp.status_code
-            resp.close()
-            if code < 300 or code == 404:
-                return True
-            if attempt < conflict_tries:
-                self._http.sleep(conflict_wait_s)
-        log.warning("Job %s: the server still reports 'cancellation in progress'", job_id)
-        return False
+        deadlines = dataclasses.replace(self._http.deadlines,
+                                        first_byte_s=min(self._http.deadlines.first_byte_s, DELETE_FIRST_BYTE_S))
+        try:
+            self._http.request("DELETE", _job_path(job_id), what=f"Deleting job {strip_control(job_id)}",
+                               job_id=job_id, ok=lambda s: s < 300 or s == 404,
+                               retry_statuses=RETRY_STATUSES | {409}, retry=DELETE_RETRY, deadlines=deadlines)
+        except LauncherError as exc:
+            log.warning("Could not delete job %s: %s", strip_control(job_id), exc.what)
+            return False
+        return True
 
     # -- generate -------------------------------------------------------------------------------
 
     def generate(self, req: VideoRequest, *, on_update: Optional[Callable[[JobUpdate], None]] = None,
                  should_cancel: Optional[Callable[[], bool]] = None, poll_interval: float = 0.25,
-                 timeout_s: Optional[float] = None, keep_job: bool = False) -> GenerationResult:
+                 timeout_s: Optional[float] = None, keep_job: bool = False,
+                 frame_multiplier: int = 1) -> GenerationResult:
         """Submit, poll until done, download, decode, delete the job on the server.
 
         Polls every `poll_interval` seconds (sleeps never exceed it nor 0.25 s between
         should_cancel checks). on_update gets a JobUpdate after every poll. When
         should_cancel() is true the job is deleted at once and GenerationCancelled raised.
         `timeout_s` (None: wait forever) bounds submit -> completion; on expiry the job is
-        deleted and a LauncherError raised.
+        deleted and a LauncherError raised. The MP4 may be at most req.bounds() in size and
+        shape (`frame_multiplier`: the frame interpolation factor, when `req.extra` turns
+        interpolation on); anything else is refused before it is decoded.
 
         timings (seconds, time.monotonic based, relative to just before the submit):
           submit      POST answered (job id known)
@@ -401,6 +286,7 @@ class VideoClient:
                         engine queueing included
         """
         poll = max(0.01, float(poll_interval))
+        bounds = req.bounds(frame_multiplier)
         t0 = time.monotonic()
         if should_cancel is not None and should_cancel():
             raise GenerationCancelled("", "queued", deleted=True)
@@ -439,7 +325,7 @@ class VideoClient:
                     self.delete(job_id)
                     cleanup = False
                     raise LauncherError(
-                        f"Job {job_id} did not finish within {timeout_s:g} s",
+                        f"Job {strip_control(job_id)} did not finish within {timeout_s:g} s",
                         f"it was still {state.status.replace('_', ' ')} on the server; the launcher deleted it",
                         "raise the time limit, lower steps/frames/size, or check the server log for a hang",
                         setting="timeout")
@@ -450,9 +336,11 @@ class VideoClient:
                 timings["detect_delay"] = max(0.0, time.time() - state.completed_at)
             if isinstance(state.raw.get("inference_time_s"), (int, float)):
                 timings["server_inference"] = float(state.raw["inference_time_s"])
-            mp4 = self._download(job_id, should_cancel)
+            mp4 = self._download(job_id, bounds.max_bytes, f"a {bounds.asked} clip from vLLM-Omni is at most "
+                                 f"{bounds.max_bytes / (1 << 20):.1f} MiB (16 bits per pixel per frame + 1 MiB)",
+                                 should_cancel)
             timings["downloaded"] = time.monotonic() - t0
-            video = decode_mp4(mp4)
+            video = decode_mp4(mp4, bounds=bounds)
             timings["decoded"] = time.monotonic() - t0
         except Cancelled:
             status = state.status if state is not None else "queued"
@@ -467,29 +355,41 @@ class VideoClient:
 
     def _lost(self, job_id: str, last_status: str, exc: LauncherError) -> LauncherError:
         """A poll failed for good: name the job and what the server was doing."""
-        kind = getattr(exc, "kind", "")
+        kind = exc.kind
         tries = self._http.retry.tries
         if kind == "refused":
             why = (f"its port refuses connections now ({tries} tries over "
                    f"{sum(self._http.retry.delays()):g} s), so the server process exited: it crashed "
                    "(GPU error, out of memory in a worker) or was stopped")
         elif kind == "timeout":
-            why = (f"{tries} status requests in a row got no answer within {self.poll_timeout[1]:g} s: "
-                   "the server is wedged or the machine is overloaded")
+            why = (f"{tries} status requests in a row got no answer within "
+                   f"{self._http.deadlines.first_byte_s:g} s: the server is wedged or the machine is overloaded "
+                   "(if it is only slow, raise first_byte_timeout_s in the launcher's local config)")
         elif kind == "lost":
             why = "the connection was cut repeatedly: the server crashed or restarted, or the network failed"
         else:
             return exc
         return LauncherError(
-            f"The vLLM-Omni server stopped answering while job {job_id} was {last_status.replace('_', ' ')}",
-            why,
-            "check the server log (the launcher node shows its tail); restart the server and queue the "
-            "prompt again", setting="server", raw=exc.raw)
+            f"The vLLM-Omni server stopped answering while job {strip_control(job_id)} was "
+            f"{last_status.replace('_', ' ')}",
+            why, self.log_hint, setting="server", raw=exc.raw)
+
+
+def _job_path(job_id: str, tail: str = "") -> str:
+    """/v1/videos/<id><tail> with the server-provided id quoted into exactly one path segment
+    ("../x?y" -> "..%2Fx%3Fy"). An id of only dots ("", ".", "..") cannot be one: HTTP clients
+    resolve it as a dot segment (requests even turns %2E back into "."), so it is refused."""
+    segment = quote(str(job_id), safe="")
+    if segment.strip(".") == "":
+        raise LauncherError(
+            f"The server handed out an unusable job id {strip_control(repr(str(job_id)))}",
+            "an empty or all-dots id would address another URL than the job's, so vLLM-Omni never uses one; "
+            "the server is misbehaving or is not vLLM-Omni",
+            "check which program answers at the server URL", setting="server")
+    return f"/v1/videos/{segment}{tail}"
 
 
 def _job_text(state: JobState) -> str:
-    import json  # noqa: PLC0415
-
     try:
         return f"HTTP {state.http_status}: " + json.dumps(state.raw)
     except (TypeError, ValueError):
@@ -498,5 +398,5 @@ def _job_text(state: JobState) -> str:
 
 __all__ = [
     "VideoRequest", "VideoClient", "JobState", "JobUpdate", "GenerationResult", "GenerationCancelled",
-    "RetryPolicy",
+    "RetryPolicy", "Deadlines",
 ]

@@ -8,6 +8,11 @@ container does not carry it, we estimate it from duration x rate and grow the ar
 place in large steps (`ndarray.resize`, which reallocates without holding two copies when
 the allocator can extend the block).
 
+A server's MP4 is untrusted: with `bounds` (what the request allows, see bounds.py) the
+stream's width, height and header frame count are checked before anything is allocated,
+the array never holds more frames than the request allows, and decoding stops with the
+launcher's own error at the first frame past that.
+
 Plain Python + numpy + PyAV + Pillow: no ComfyUI and no torch here. The node layer turns
 the array into a tensor with `torch.from_numpy` (no copy).
 """
@@ -16,11 +21,12 @@ from __future__ import annotations
 import io
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
 from ..errors import LauncherError
+from .bounds import ClipBounds
 
 _SCALE = np.float32(1.0 / 255.0)
 _MIN_GROW = 32           # frames added at least when the estimate was short
@@ -92,9 +98,11 @@ def _expected_frames(container: Any, stream: Any, fps: float) -> int:
     return 0
 
 
-def decode_mp4(data: bytes, *, threads: int = 0) -> DecodedVideo:
+def decode_mp4(data: bytes, *, bounds: Optional[ClipBounds] = None, threads: int = 0) -> DecodedVideo:
     """Decode an MP4 (H.264 yuv420p from vLLM-Omni) into float32 [F, H, W, 3] in 0..1.
 
+    `bounds`: the clips the request allows; a stream outside them is refused (LauncherError)
+    before its frames are allocated. Without it the bytes are trusted (our own files).
     `threads`: decoder threads, 0 = FFmpeg's choice (one per core). Frame and slice
     threading are both on. Raises LauncherError when the bytes are not a decodable video.
     """
@@ -121,13 +129,20 @@ def decode_mp4(data: bytes, *, threads: int = 0) -> DecodedVideo:
         stream.codec_context.thread_count = threads
         width, height = stream.codec_context.width, stream.codec_context.height
         fps = _stream_fps(stream)
-        capacity = _expected_frames(container, stream, fps) or _MIN_GROW
-        out = np.empty((capacity, height, width, 3), dtype=np.float32)
-        count = 0
+        capacity = _expected_frames(container, stream, fps)
+        most = bounds.max_frames if bounds is not None else None
+        if bounds is not None:
+            bounds.check(width, height, int(stream.frames) if stream.frames and stream.frames > 0 else None)
+            capacity = min(capacity or most, most)
+        out = np.empty((capacity or _MIN_GROW, height, width, 3), dtype=np.float32)
+        capacity, count = out.shape[0], 0
         try:
             for frame in container.decode(stream):
                 if count == capacity:
+                    if most is not None and count >= most:
+                        raise bounds.mismatch(width, height, f"{most + 1}+")
                     capacity += max(_MIN_GROW, int(capacity * _GROW_FACTOR))
+                    capacity = min(capacity, most) if most is not None else capacity
                     out.resize((capacity, height, width, 3), refcheck=False)
                 if frame.width != width or frame.height != height:
                     rgb = frame.to_ndarray(format="rgb24", width=width, height=height)
@@ -151,6 +166,8 @@ def decode_mp4(data: bytes, *, threads: int = 0) -> DecodedVideo:
             "check that frames is at least 1 and look at the server log",
             setting="frames",
         )
+    if bounds is not None and count < bounds.min_frames:
+        raise bounds.mismatch(width, height, count)
     if count != capacity:
         out.resize((count, height, width, 3), refcheck=False)  # shrink in place, no copy
     return DecodedVideo(out, fps)

@@ -2,7 +2,7 @@
 
 Node ids carry the `VLLMOmni` prefix and never change: workflows store them.
 """
-from ..server import supervisor
+from ..server import registry
 from .doctor_node import Doctor
 from .generate_node import GenerateVideo
 from .model_nodes import LoadModel, ServingConfig
@@ -24,4 +24,4 @@ NODE_DISPLAY_NAME_MAPPINGS = {node_id: name for node_id, (_, name) in _NODES.ite
 
 # ComfyUI has no shutdown hook for custom nodes: stop our servers on exit and on SIGTERM/SIGINT
 # (chained to ComfyUI's own handlers). Signal handlers need the main thread, where ComfyUI imports us.
-supervisor.install_exit_handlers()
+registry.install_exit_handlers()

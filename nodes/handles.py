@@ -2,11 +2,18 @@
 
 ComfyUI caches node outputs and prints inputs in error messages, so these are plain,
 serialisable descriptors: no process objects and no secrets. The live server stays in the
-supervisor's module-level registry; the API key is looked up at use, never carried.
+registry (server/registry.py); the API key is looked up at use, never carried.
+
+A handle is what its node returns for the same inputs: it names *which* server (the launch
+spec's fingerprint, or the remote URL / configured name), not which process. Generate Video
+finds the live process by fingerprint when it runs, so a server restarted by the supervisor
+(new port, new key) or stopped by keep-alive is used or started again without re-running,
+and re-queueing an unchanged graph costs nothing.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from ..models import FAMILIES, WanFamily
 
@@ -17,10 +24,15 @@ SERVER_TYPE = "VLLM_OMNI_SERVER"
 
 @dataclass(frozen=True)
 class ModelChoice:
-    """Which Wan2.2 model: an HF id or a local Diffusers folder, and its family."""
+    """Which Wan2.2 model: an HF id or a local Diffusers folder, and its family.
+
+    `label` is the entry picked in Load Model (a preset id or `local/<relative path>`);
+    `model` is what the server is started with (the preset id, or the folder's path here).
+    """
 
     model: str
     family_key: str
+    label: str = ""
 
     @property
     def family(self) -> WanFamily:
@@ -45,23 +57,42 @@ class ServingChoice:
 
 
 @dataclass(frozen=True)
+class RequestLimit:
+    """The largest request the serving plan fits when the model's defaults do not (planner reduced it)."""
+
+    width: int
+    height: int
+    frames: int
+    note: str                          # what the planner said, for the Generate node's text
+
+
+@dataclass(frozen=True)
 class ServerHandle:
-    """Where to send jobs. `server_id` is the supervisor fingerprint for a local server."""
+    """Where to send jobs.
+
+    local:  `server_id` is the fingerprint of the launch spec asked for; `model` and `serving`
+            let Generate Video start it again when it is no longer running; `limit` is the
+            plan's reduced default request, applied where Generate's widgets say 0.
+    remote: `remote_name` is the locally configured server's name ("" for a typed URL).
+    """
 
     kind: str                          # "local" | "remote"
     url: str
     served_name: str
     family_key: str
     server_id: str = ""
-    generation: int = 0
     server_version: tuple[int, int] = (0, 30)
+    model: Optional[ModelChoice] = None
+    serving: Optional[ServingChoice] = None
+    limit: Optional[RequestLimit] = None
+    remote_name: str = ""
 
     @property
     def family(self) -> WanFamily:
         return FAMILIES[self.family_key]
 
     def __repr__(self) -> str:  # no key exists here, but keep it short and obviously safe
-        return (f"ServerHandle({self.kind} {self.url} model={self.served_name!r} "
-                f"gen={self.generation})")
+        where = f" ({self.remote_name})" if self.remote_name else ""
+        return f"ServerHandle({self.kind} {self.url}{where} model={self.served_name!r})"
 
     __str__ = __repr__

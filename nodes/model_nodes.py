@@ -1,100 +1,106 @@
-"""Load model and Serving config nodes: what to serve, and how."""
+"""Load Model and Serving Config nodes: what to serve, and how."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from ..errors import LauncherError
-from ..models import FAMILIES, family_for
+from ..models import FAMILIES, LOCAL_PREFIX, LocalModel, find_local_models
 from ..server.spec import CACHE_BACKENDS, OFFLOAD_MODES, PARALLEL_MODES
 from . import comfy_bridge
 from .handles import MODEL_TYPE, SERVING_TYPE, ModelChoice, ServingChoice
 
 CATEGORY = "vLLM-Omni"
-LOCAL_PREFIX = "local/"
+PRESETS = {f.hf_id: f for f in FAMILIES.values()}
 
 
-def _local_models() -> dict[str, Path]:
-    """Wan2.2 Diffusers folders in ComfyUI's model folders, keyed by a path-free label."""
-    found: dict[str, Path] = {}
-    for root in comfy_bridge.diffusers_folders():
-        for child in sorted(root.iterdir()):
-            index = child / "model_index.json"
-            if not index.is_file():
-                continue
-            try:
-                cls = json.loads(index.read_text()).get("_class_name", "")
-            except (OSError, ValueError):
-                continue
-            if cls in ("WanPipeline", "WanImageToVideoPipeline"):
-                found.setdefault(LOCAL_PREFIX + child.name, child)
-    return found
+def _local_models() -> dict[str, LocalModel]:
+    return find_local_models(comfy_bridge.diffusers_folders())
+
+
+def choose_model(name: str) -> ModelChoice:
+    """A Load Model entry as the server will be started with it.
+
+    Only what the list offers is accepted (a preset, or a `local/...` entry found under
+    ComfyUI's model folders); anything else gets one message, whether or not such a path
+    exists, so a workflow can neither open nor probe other paths.
+    """
+    if name in PRESETS:
+        return ModelChoice(name, PRESETS[name].key, name)
+    local = _local_models().get(name) if name.startswith(LOCAL_PREFIX) else None
+    if local is None:
+        raise LauncherError(
+            f"Model '{name}' is not one of Load Model's choices on this machine",
+            "Load Model takes a Wan2.2 preset (the server downloads it) or a local/... entry: a Diffusers "
+            "folder found under ComfyUI's models/diffusers folders; it never opens other paths",
+            "pick an entry from the list; for your own copy, put the *-Diffusers folder under "
+            "ComfyUI/models/diffusers and refresh the node definitions (press R in ComfyUI)", setting="model")
+    return ModelChoice(str(local.path), local.family.key, name)
 
 
 class LoadModel:
     """Pick a Wan2.2 model: an HF repo (downloaded by the server on first start) or a local folder."""
 
-    DESCRIPTION = ("Wan2.2 model for vLLM-Omni. HF presets are downloaded by the server on first start; "
-                   "local Diffusers folders are listed from ComfyUI's models/diffusers folder.")
+    DESCRIPTION = ("Wan2.2 model for vLLM-Omni: T2V-A14B (text), I2V-A14B (image), TI2V-5B (text or image). "
+                   "Presets are downloaded by the server on its first start (A14B about 65 GB, TI2V-5B about "
+                   "23 GB); local/... entries are Diffusers folders found, at any depth, under ComfyUI's "
+                   "models/diffusers folders. Only entries of this list are accepted.")
     CATEGORY = CATEGORY
     RETURN_TYPES = (MODEL_TYPE,)
     RETURN_NAMES = ("model",)
+    OUTPUT_TOOLTIPS = ("the model to serve: connect to Local Server (or Doctor)",)
     FUNCTION = "load"
 
     @classmethod
     def INPUT_TYPES(cls):  # noqa: N802 (ComfyUI's name)
-        presets = [f.hf_id for f in FAMILIES.values()]
-        return {"required": {"model": (presets + sorted(_local_models()), {
+        return {"required": {"model": ([*PRESETS, *sorted(_local_models())], {
             "default": FAMILIES["ti2v_5b"].hf_id,
-            "tooltip": "HF id of a Wan2.2 Diffusers repo, or a folder under models/diffusers"})}}
-
-    @classmethod
-    def VALIDATE_INPUTS(cls, model):  # noqa: N802
-        if model.startswith(LOCAL_PREFIX) and model not in _local_models():
-            return (f"Local model '{model}' is not in ComfyUI's models/diffusers folders on this machine. "
-                    "Fix: copy the Diffusers folder there, or pick an HF preset.")
-        return True
+            "tooltip": "a Wan2.2 Diffusers preset (Hugging Face id, downloaded on first start), or local/<path> "
+                       "for a folder under ComfyUI/models/diffusers (must contain model_index.json)"})}}
 
     def load(self, model: str):
-        path = _local_models().get(model) if model.startswith(LOCAL_PREFIX) else None
-        if model.startswith(LOCAL_PREFIX) and path is None:
-            raise LauncherError(f"Local model '{model}' not found", "it is not in models/diffusers here",
-                                "copy the folder there or pick an HF preset", setting="model")
-        target = str(path) if path else model
-        return (ModelChoice(target, family_for(target).key),)
+        return (choose_model(model),)
 
 
 class ServingConfig:
     """How the server runs: GPUs, one parallel mode, offload, FP8, VAE tiling, compile, keep-alive."""
 
-    DESCRIPTION = ("Serving configuration. 'auto' lets the memory planner choose the fastest configuration "
-                   "that fits your GPUs, and step down (offload, tiling) by itself if the server still "
-                   "runs out of memory.")
+    DESCRIPTION = ("Serving configuration. parallel_mode 'auto' lets the memory planner choose the fastest "
+                   "configuration that fits your GPUs (shown on Local Server), and auto_fallback steps down "
+                   "(tiling, offload) by itself if the server still runs out of memory. The program, host, "
+                   "keys and memory limits come from the local launcher config, never from here.")
     CATEGORY = CATEGORY
     RETURN_TYPES = (SERVING_TYPE,)
     RETURN_NAMES = ("serving",)
+    OUTPUT_TOOLTIPS = ("how to serve the model: connect to Local Server",)
     FUNCTION = "configure"
 
     @classmethod
     def INPUT_TYPES(cls):  # noqa: N802
         return {"required": {
-            "gpus": ("STRING", {"default": "auto", "tooltip": "auto (planner picks from visible GPUs), all, "
-                                                              "ids like 0 or 0,1, or count=2"}),
+            "gpus": ("STRING", {"default": "auto", "tooltip": "auto (planner picks from the visible GPUs), all, "
+                                                              "GPU ids like 0 or 0,1, or count=2"}),
             "parallel_mode": (["auto", *PARALLEL_MODES], {"default": "auto", "tooltip":
                               "one multi-GPU mode: cfg (2 GPUs, CFG on; best without NVLink), ulysses (speed), "
-                              "tensor/hsdp (memory), ring; auto = planner"}),
+                              "tensor/hsdp (memory), ring; none = one GPU; auto = the memory planner decides "
+                              "(and the settings below are its starting point)"}),
             "parallel_degree": ("INT", {"default": 2, "min": 1, "max": 8,
-                                        "tooltip": "GPUs used by the parallel mode (world size)"}),
+                                        "tooltip": "GPUs used by the parallel mode (world size); ignored for "
+                                                   "auto and none"}),
             "vae_patch_parallel": ("INT", {"default": 1, "min": 1, "max": 8,
-                                           "tooltip": "split the VAE decode across the same GPUs"}),
+                                           "tooltip": "split the VAE decode across this many of the same GPUs "
+                                                      "(1 = off)"}),
             "offload": (list(OFFLOAD_MODES), {"default": "none", "tooltip":
-                        "module: text encoder and DiT swap via CPU; layerwise: DiT blocks streamed (1 GPU only)"}),
-            "fp8": ("BOOLEAN", {"default": False, "tooltip": "FP8 DiT weights (not validated upstream for Wan2.2)"}),
-            "vae_tiling": ("BOOLEAN", {"default": False, "tooltip": "lower the VAE decode peak for long/large clips"}),
-            "cache_backend": (list(CACHE_BACKENDS), {"default": "none", "tooltip": "cache_dit: reuse DiT blocks"}),
+                        "module: text encoder and DiT swap via CPU RAM; layerwise: DiT blocks streamed from CPU "
+                        "RAM (1 GPU only, slowest)"}),
+            "fp8": ("BOOLEAN", {"default": False, "tooltip": "FP8 DiT weights (not validated upstream for Wan2.2; "
+                                                             "with auto, allows the planner to use it last)"}),
+            "vae_tiling": ("BOOLEAN", {"default": False, "tooltip": "tiled VAE decode: a much lower memory peak "
+                                                                    "for long or large clips, slightly slower"}),
+            "cache_backend": (list(CACHE_BACKENDS), {"default": "none",
+                                                     "tooltip": "cache_dit: reuse DiT block outputs across steps "
+                                                                "(faster, small quality cost)"}),
             "compile": ("BOOLEAN", {"default": True, "tooltip": "torch.compile: slower start, faster steps"}),
             "keep_alive_minutes": ("INT", {"default": 0, "min": 0, "max": 1440,
-                                           "tooltip": "stop the server after this many idle minutes (0: keep)"}),
+                                           "tooltip": "stop the server after this many idle minutes to free the "
+                                                      "GPUs (0 = keep it running); the next job starts it again"}),
             "auto_fallback": ("BOOLEAN", {"default": True, "tooltip":
                               "on out-of-memory, step down to a leaner configuration and retry by itself"}),
         }}

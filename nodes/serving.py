@@ -3,10 +3,16 @@
 "auto" asks the memory planner for the fastest configuration that fits the GPUs this
 machine shows (NVML), and wires the planner's step-down ladder into the supervisor so an
 out-of-memory failure is retried one rung leaner, with the change shown on the node.
+
+The planner plans for the model's default request. When even its leanest configuration
+does not fit that, it names a smaller request that does; the plan then carries that
+limit, Generate Video applies it wherever its widgets ask for the model's value (0), and
+both nodes say so. A request the user set explicitly is never changed.
 """
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 from ..errors import LauncherError, SpecError
@@ -14,8 +20,8 @@ from ..planner.gpus import parse_gpu_memory, query_gpus, visible_indices
 from ..planner.ladder import recommend, step_down
 from ..server.local_config import LocalConfig
 from ..server import versions
-from ..server.spec import DEFAULT_VERSION, LaunchSpec, MemoryConfig, ParallelConfig, RuntimeConfig, parse_gpus
-from .handles import ModelChoice, ServingChoice
+from ..server.spec import LaunchSpec, MemoryConfig, ParallelConfig, RuntimeConfig, parse_gpus
+from .handles import ModelChoice, RequestLimit, ServingChoice
 
 Fallback = Callable[[LaunchSpec, str], Optional[tuple[LaunchSpec, str]]]
 GPU_MEMORY_ENV = "VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB"   # for machines where NVML cannot see the GPUs
@@ -50,9 +56,18 @@ def _select_gpus(text: str, visible: list[int]) -> Optional[tuple[int, ...]]:
     return parse_gpus(text)
 
 
-def resolve_spec(model: ModelChoice, serving: ServingChoice,
-                 config: LocalConfig) -> tuple[LaunchSpec, str, Optional[Fallback]]:
-    """(spec to launch, plan text for the node, OOM fallback or None)."""
+@dataclass(frozen=True)
+class ServingPlan:
+    """What to launch, what to tell the user about it, and how to step down on OOM."""
+
+    spec: LaunchSpec
+    text: str                          # the planner's recommendation ("" when not planned)
+    fallback: Optional[Fallback]
+    limit: Optional[RequestLimit] = None
+
+
+def resolve_spec(model: ModelChoice, serving: ServingChoice, config: LocalConfig) -> ServingPlan:
+    """The validated spec for these choices, planned when the serving config says auto."""
     visible, sizes, source = _gpu_memory()
     gpus = _select_gpus(serving.gpus, visible)
     auto = serving.parallel_mode == "auto"
@@ -66,6 +81,7 @@ def resolve_spec(model: ModelChoice, serving: ServingChoice,
         runtime=RuntimeConfig(cache_backend=serving.cache_backend, enforce_eager=not serving.compile),
         host=config.host, port=config.port)
     plan_text = ""
+    limit: Optional[RequestLimit] = None
     spec = base
     if auto and sizes:
         chosen_sizes = sizes if gpus is None else [sizes[visible.index(g)] for g in gpus if g in visible]
@@ -77,13 +93,16 @@ def resolve_spec(model: ModelChoice, serving: ServingChoice,
                                 setting="serving", raw=rec.text())
         spec = rec.spec
         plan_text = rec.text()
+        if rec.reduced:
+            req = rec.request
+            limit = RequestLimit(req.width, req.height, req.frames,
+                                 f"the serving plan fits {req.label()}, not the model's {rec.asked.label()}")
+            plan_text += (f"\nGenerate Video uses {req.label()} where its width, height and frames are 0; "
+                          "values you set are sent as they are")
     elif auto:
         plan_text = f"auto: {source}; starting on one GPU without offload (the planner needs GPU memory sizes)"
-    found = versions.detect(config.resolved_server_command(), extra_env=config.extra_env)
-    if found is not None:
-        found.check()            # refuses a missing or mismatched vllm / vllm-omni pair before launch
-    spec.validate(visible_gpus=len(visible) or None,
-                  version=found.omni_minor if found is not None else DEFAULT_VERSION)
+    # Refuses a missing or mismatched vllm / vllm-omni pair before launch (the same check as `serve`).
+    spec.validate(visible_gpus=len(visible) or None, version=versions.checked_server_version(config))
 
     fallback: Optional[Fallback] = None
     if serving.auto_fallback and sizes:
@@ -91,4 +110,4 @@ def resolve_spec(model: ModelChoice, serving: ServingChoice,
             ids = failed.gpus if failed.gpus is not None else tuple(visible)
             mem = [sizes[visible.index(i)] for i in ids if i in visible] or sizes
             return step_down(failed, "oom_load" if kind == "oom_load" else "oom", mem)
-    return spec, plan_text, fallback
+    return ServingPlan(spec, plan_text, fallback, limit)

@@ -22,6 +22,8 @@ from typing import Any, Callable, Optional
 from ..errors import LauncherError
 from ..models import FAMILIES, family_for
 from ..server.local_config import LocalConfig, load_local_config
+from ..server.server_env import SETUP_COMMAND, locate_server_program
+from ..server.versions import server_python
 from .gpus import GIB, GpuInfo, load_nvml, peer_status, processes_on_gpus, query_gpus
 from .model_sizes import model_sizes
 
@@ -179,32 +181,26 @@ def _check_gpus(nvml: Any) -> tuple[list[Check], list[GpuInfo], list[dict[str, A
     return checks, gpus, peers
 
 
-def _server_python(config: LocalConfig) -> tuple[Optional[str], str]:
-    """The server environment's python, and where it came from (or None and why)."""
-    if config.server_env:
+def _server_python(config: LocalConfig) -> tuple[Optional[str], str, str]:
+    """The server environment's python, where it came from (or None and why), and the fix when None.
+
+    The program is found by the launcher's own rule (server_env.locate_server_program), so the
+    doctor checks exactly the environment a launch would use. A configured server_env whose
+    bin/vllm is missing is still probed when it has a python: the report then says what it lacks."""
+    if config.server_env and not config.server_command:
         env = Path(config.server_env).expanduser()
-        for name in ("python", "python3"):
-            cand = env / "bin" / name
-            if cand.exists():
-                return str(cand), f"server_env {env}"
-        return None, f"server_env {env} has no bin/python"
-    if config.server_command:
-        exe = Path(config.server_command[0]).expanduser()
-        if exe.name.startswith("python"):
-            return str(exe), "server_command"
-        for name in ("python", "python3"):
-            cand = exe.parent / name
-            if cand.exists():
-                return str(cand), f"next to {exe}"
-        return None, f"cannot find a python next to server_command {exe}"
-    found = shutil.which("vllm")
-    if found:
-        for name in ("python", "python3"):
-            cand = Path(found).parent / name
-            if cand.exists():
-                return str(cand), f"next to {found} on PATH"
-        return None, f"`vllm` on PATH ({found}) has no python beside it"
-    return None, "no server environment is configured and `vllm` is not on PATH"
+        found = next((env / "bin" / n for n in ("python", "python3") if (env / "bin" / n).exists()), None)
+        if found is not None:
+            return str(found), f"server_env {env}", ""
+    try:
+        program = locate_server_program(config.server_command, config.server_env)
+    except LauncherError as exc:
+        return None, exc.why or exc.what, exc.fix
+    python = server_python(list(program.command))
+    if python is None:
+        return None, f"cannot find a python beside {program.command[0]} ({program.source})", (
+            f"point 'server_env' at the venv holding vllm, or run `{SETUP_COMMAND}`")
+    return python, program.source, ""
 
 
 def _parse_mm(version: Optional[str]) -> Optional[tuple[int, int]]:
@@ -217,25 +213,27 @@ def _parse_mm(version: Optional[str]) -> Optional[tuple[int, int]]:
         return None
 
 
-def _check_server_env(config: LocalConfig, runner: Callable[..., Any], timeout_s: float,
+def check_server_env(config: LocalConfig, runner: Callable[..., Any], timeout_s: float,
                       machine_has_gpus: Optional[bool] = None) -> tuple[list[Check], dict[str, Any]]:
-    python, where = _server_python(config)
+    """The checks "server_env" (vllm / vllm-omni / torch / diffusers pins) and "server_cuda" (what torch sees),
+    and what the environment's python reported; also `setup`'s verdict on the environment it made."""
+    python, where, fix = _server_python(config)
     if python is None:
         return [Check("server_env", UNCHECKED if "not on PATH" in where else PROBLEM,
-                      f"server environment not checked: {where}",
-                      "create it with server/create_server_env.sh on the GPU machine, then set "
-                      "VLLM_OMNI_LAUNCHER_SERVER_ENV to its path")], {}
+                      f"server environment not checked: {where}", fix)], {}
     try:
         proc = runner([python, "-c", _ENV_SCRIPT], capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return [Check("server_env", PROBLEM, f"{python} did not answer within {timeout_s:.0f} s",
                       "check that the environment is not on a stalled network disk")], {}
     except OSError as exc:
-        return [Check("server_env", PROBLEM, f"cannot run {python}: {exc}", "recreate the server environment")], {}
+        return [Check("server_env", PROBLEM, f"cannot run {python}: {exc}",
+                      f"repair the server environment: `{SETUP_COMMAND}`")], {}
     line = next((ln for ln in (proc.stdout or "").splitlines() if ln.startswith("DOCTOR_JSON ")), None)
     if proc.returncode != 0 or line is None:
         tail = ((proc.stderr or "") + (proc.stdout or "")).strip()[-400:]
-        return [Check("server_env", PROBLEM, f"{python} failed the version script", "recreate the server environment",
+        return [Check("server_env", PROBLEM, f"{python} failed the version script",
+                      f"repair the server environment: `{SETUP_COMMAND}`",
                       {"output": tail})], {}
     env = json.loads(line[len("DOCTOR_JSON "):])
     env["source"] = where
@@ -245,8 +243,8 @@ def _check_server_env(config: LocalConfig, runner: Callable[..., Any], timeout_s
     if not vllm or not omni:
         missing = " and ".join(n for n, v in (("vllm", vllm), ("vllm-omni", omni)) if not v)
         checks.append(Check("server_env", PROBLEM, f"{base}: {missing} not installed",
-                            "install the pinned pair: pip install vllm==0.30.0 vllm-omni==0.30.0 "
-                            "(vllm-omni declares no vllm dependency)", env))
+                            f"run `{SETUP_COMMAND}`, or in that environment pip install vllm==0.30.0 "
+                            "vllm-omni==0.30.0 (vllm-omni declares no vllm dependency)", env))
     else:
         vm, om = _parse_mm(vllm), _parse_mm(omni)
         if vm != om:
@@ -430,7 +428,7 @@ def run_doctor(model: Optional[str] = None, *, config: Optional[LocalConfig] = N
                             f"this process has CUDA_VISIBLE_DEVICES={visible!r}",
                             "the launcher sets CUDA_VISIBLE_DEVICES for the server itself from the GPU setting"
                             if visible.strip() == "" else ""))
-    env_checks, env = _check_server_env(config, runner, timeout_s, machine_has_gpus=bool(gpus))
+    env_checks, env = check_server_env(config, runner, timeout_s, machine_has_gpus=bool(gpus))
     checks += env_checks
     checks.append(_check_host_ram())
     checks += _check_model(model, config)

@@ -77,6 +77,9 @@ class Recommendation:
     max_frames: Optional[int] = None       # most frames the chosen spec fits at this size
     gpus: list[GpuInfo] = field(default_factory=list)
 
+    def __post_init__(self) -> None:   # the rung chosen for a reduced request is not a rejected one
+        self.rejected = [r for r in self.rejected if r.spec is not self.spec]
+
     @property
     def reduced(self) -> bool:
         return self.request != self.asked

@@ -1,23 +1,26 @@
 #!/usr/bin/env bash
 # Create the SERVER environment: a separate venv holding vLLM and vLLM-Omni (pinned pair).
-# It never touches ComfyUI's environment. Run it once on the GPU machine, then point the
-# launcher at it:  export VLLM_OMNI_LAUNCHER_SERVER_ENV=<path>
+# It never touches ComfyUI's environment. `python -m vllm_omni_launcher setup` runs it (and then
+# checks the result); the launcher finds the default PATH by itself, any other one needs
+#   export VLLM_OMNI_LAUNCHER_SERVER_ENV=<path>
 #
 # usage: server/create_server_env.sh [PATH] [--python PYTHON] [--version X.Y.Z]
-#   PATH      where to create the venv (default: ~/.local/share/vllm-omni-launcher/server-env)
+#   PATH      where to create the venv (default: ${XDG_DATA_HOME:-~/.local/share}/vllm-omni-launcher/server-env,
+#             the launcher's default server env: server/server_env.py uses the same rule)
 #   --python  interpreter for the venv (default: python3.12 if present, else python3)
 #   --version vLLM / vLLM-Omni version; both get the same one (default 0.30.0).
 #             Their major.minor must match: a mismatch only warns upstream, then misbehaves.
 set -euo pipefail
 
-target="${HOME}/.local/share/vllm-omni-launcher/server-env"
+data_home="${XDG_DATA_HOME:-}"
+target="${data_home:-$HOME/.local/share}/vllm-omni-launcher/server-env"
 python_bin=""
 version="0.30.0"
 while [ $# -gt 0 ]; do
   case "$1" in
     --python) python_bin="$2"; shift 2 ;;
     --version) version="$2"; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) target="$1"; shift ;;
   esac
 done
@@ -42,12 +45,16 @@ fi
 
 echo "creating server env at $target (python: $python_bin, vllm/vllm-omni $version)"
 if command -v uv >/dev/null 2>&1; then
-  uv venv -q --allow-existing -p "$python_bin" "$target"
-  VIRTUAL_ENV="$target" uv pip install -q "vllm==$version" "vllm-omni==$version"
+  # uv's own progress (resolving, downloading, installing) goes to the terminal.
+  uv venv --allow-existing -p "$python_bin" "$target"
+  VIRTUAL_ENV="$target" uv pip install "vllm==$version" "vllm-omni==$version"
 else
   "$python_bin" -m venv "$target"
   "$target/bin/python" -m pip install -q --upgrade pip
-  "$target/bin/python" -m pip install -q "vllm==$version" "vllm-omni==$version"
+  "$target/bin/python" -m pip install --progress-bar on "vllm==$version" "vllm-omni==$version"
 fi
 "$target/bin/python" -c "from importlib.metadata import version as v; print('server env ready: vllm', v('vllm'), 'vllm-omni', v('vllm-omni'))"
-echo "now: export VLLM_OMNI_LAUNCHER_SERVER_ENV=$target"
+default_target="${data_home:-$HOME/.local/share}/vllm-omni-launcher/server-env"
+if [ "$target" != "$default_target" ]; then
+  echo "now: export VLLM_OMNI_LAUNCHER_SERVER_ENV=$target   (the launcher finds $default_target by itself)"
+fi

@@ -1,9 +1,10 @@
 """Why a server failed, from its exit code and log tail, and what the user can change.
 
 vLLM-Omni dies with a Python traceback deep in engine code; the sentence that matters is
-somewhere in the last lines. Each rule below recognises one known failure (the strings in
-vllm-omni-serving.md 6.3 and the real parser's messages) and turns it into a LauncherError
-that names the setting to change. The raw tail always travels along in `raw`, so an
+somewhere in the last lines. Each rule below recognises one known failure (the messages
+vLLM-Omni 0.26/0.30, torch, Hugging Face and the real argument parser print; the shared
+patterns are in failure_patterns.py) and turns it into a LauncherError that names the
+setting to change. The raw tail always travels along in `raw`, so an
 unknown failure, or a wrong guess, still shows the server's own words.
 """
 from __future__ import annotations
@@ -13,13 +14,14 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from ..errors import LauncherError
+from . import failure_patterns as patterns
 
 # Failure kinds (stable strings: the OOM fallback hook and the tests use them).
 OOM_LOAD, OOM_JOB = "oom_load", "oom_job"
 DEVICES, GATED, MODEL_NOT_FOUND, PORT_IN_USE = "devices", "gated", "model_not_found", "port_in_use"
 OMNI_MISSING, VERSION_MISMATCH, NCCL, IMPORT_ERROR = "omni_missing", "version_mismatch", "nccl", "import_error"
 BAD_ARGS, CONFIG, KILLED, TIMEOUT, HUNG, CRASH = "bad_args", "config", "killed", "timeout", "hung", "crash"
-EXECUTABLE = "executable"
+EXECUTABLE, GPU_BUSY, CANCELLED = "executable", "gpu_busy", "cancelled"
 
 # Failures that a restart of the same command would only repeat (never loop on these).
 PERMANENT = frozenset({DEVICES, GATED, MODEL_NOT_FOUND, OMNI_MISSING, IMPORT_ERROR, BAD_ARGS, CONFIG,
@@ -33,6 +35,15 @@ class ServerFailure(LauncherError):
                  raw: str = "", exit_code: Optional[int] = None) -> None:
         self.exit_code = exit_code
         super().__init__(what, why, fix, setting=setting, raw=raw, kind=kind)
+
+
+class LaunchCancelled(ServerFailure):
+    """A start given up on request (ComfyUI's Cancel, Ctrl-C, a stop); its processes are gone."""
+
+    def __init__(self, phase_text: str) -> None:
+        super().__init__(CANCELLED, "The server start was cancelled",
+                         f"a cancel or stop was requested while it was at: {phase_text}",
+                         "queue the prompt (or run the command) again to start it")
 
 
 @dataclass(frozen=True)
@@ -99,7 +110,7 @@ def _nccl(m: re.Match[str], c: Context) -> tuple[str, str, str, str, str]:
 
 
 def _import(m: re.Match[str], c: Context) -> tuple[str, str, str, str, str]:
-    detail = re.sub(r"^\([A-Za-z_]+ pid=\d+\)\s*", "", m.group(0).strip())
+    detail = patterns.strip_pid_prefix(m.group(0).strip())
     return (IMPORT_ERROR, "The server environment is missing a Python package or has a broken one",
             f"{detail}; the server runs in its own environment, separate from ComfyUI's",
             "re-create the server environment with server/create_server_env.sh (it pins vllm, vllm-omni, "
@@ -134,8 +145,7 @@ def _oom(m: re.Match[str], c: Context) -> tuple[str, str, str, str, str]:
 
 
 def _oom_detail(text: str) -> str:
-    m = re.search(r"Tried to allocate ([\d.]+ [GM]iB)\.? GPU (\d+) has a total capacity of ([\d.]+ [GM]iB) "
-                  r"of which ([\d.]+ [GM]iB) is free", text)
+    m = patterns.OOM_DETAIL.search(text)
     if m:
         return f" (tried to allocate {m.group(1)} on GPU {m.group(2)}: {m.group(4)} free of {m.group(3)})"
     return ""
@@ -149,14 +159,14 @@ _RULES: tuple[tuple[re.Pattern[str], _Rule], ...] = (
                 r"identifier|did not resolve to a registered Omni pipeline|LocalEntryNotFoundError|"
                 r"model_index\.json[^\n]*(?:not found|No such file)|No such file or directory[^\n]*model_index\.json|"
                 r"requires an explicit model"), _not_found),
-    (re.compile(r"CUDA out of memory|OutOfMemoryError"), _oom),
+    (patterns.OOM, _oom),
     (re.compile(r"Address already in use|\[Errno 98\]"), _port),
     (re.compile(r"NCCL error|ncclInternalError|ncclUnhandledCudaError|ncclSystemError|ncclInvalidUsage|"
                 r"ProcessGroupNCCL[^\n]*(?:[Tt]imeout|[Ee]rror)|NCCL WARN[^\n]*(?:failed|error)"), _nccl),
     (re.compile(r"error: unrecognized arguments: [^\n]*|error: argument [^\n]*invalid choice[^\n]*|"
                 r"error: argument [^\n]*expected [^\n]*"), _bad_args),
     # only as a traceback's last line: servers log benign "No module named 'flashinfer'" warnings
-    (re.compile(r"^(?:\([A-Za-z_]+ pid=\d+\)\s*)?(?:ModuleNotFoundError|ImportError): [^\n]*", re.M), _import),
+    (re.compile(r"^(?:" + patterns.PID_PREFIX + r")?(?:ModuleNotFoundError|ImportError): [^\n]*", re.M), _import),
     (re.compile(r"HSDP \(FSDP2\) is not compatible with TP[^\n]*|diffusion_compile_granularity='full' is "
                 r"incompatible[^\n]*|step_execution=True requires a pipeline[^\n]*|"
                 r"Unknown diffusion config field[^\n]*"), _config),
@@ -164,7 +174,7 @@ _RULES: tuple[tuple[re.Pattern[str], _Rule], ...] = (
 
 
 def _mismatch_note(text: str) -> str:
-    if re.search(r"mismatched major/minor versions", text):
+    if patterns.VERSION_MISMATCH.search(text):
         return (" (also: vLLM and vLLM-Omni have different major/minor versions in the server environment, "
                 "which upstream only warns about; re-create it with server/create_server_env.sh)")
     return ""
@@ -202,7 +212,7 @@ def classify(tail: Sequence[str], ctx: Context) -> ServerFailure:
 def oom_job_error(tail: Sequence[str], ctx: Context) -> ServerFailure:
     """A job hit CUDA OOM but the server lives on (the job fails, the next may work)."""
     text = "\n".join(tail)
-    match = re.search(r"CUDA out of memory|OutOfMemoryError", text) or re.search(r"$", text)
+    match = patterns.OOM.search(text) or re.search(r"$", text)
     job_ctx = Context(model=ctx.model, gpus=ctx.gpus, world_size=ctx.world_size, port=ctx.port, ever_ready=True)
     kind, what, why, fix, setting = _oom(match, job_ctx)
     return ServerFailure(kind, what, why, fix, setting=setting, raw="\n".join(tail[-40:]))
@@ -210,7 +220,7 @@ def oom_job_error(tail: Sequence[str], ctx: Context) -> ServerFailure:
 
 def explain_job_error(message: str) -> Optional[LauncherError]:
     """Turn a failed job's error text (HTTP body) into an explanation, when we know it."""
-    if re.search(r"CUDA out of memory|OutOfMemoryError", message):
+    if patterns.is_oom(message):
         return oom_job_error([message], Context(ever_ready=True))
     if "No image is provided" in message:
         return LauncherError("This model needs a start image", "it is an image-to-video model",

@@ -1,77 +1,262 @@
 """The local machine's configuration: what no workflow may decide.
 
 A workflow JSON is shared by strangers, so the program to execute, the host to bind, remote
-code trust and API keys come only from here: environment variables first, then a JSON file
-(`vllm_omni_launcher.json` in ComfyUI's user directory, or the path in
-VLLM_OMNI_LAUNCHER_CONFIG). Nodes and the CLI read it; they never write it.
+code trust and where API keys go come only from here: a JSON file (`vllm_omni_launcher.json`
+in ComfyUI's user directory, or the path in VLLM_OMNI_LAUNCHER_CONFIG), overridden by
+environment variables. Nodes and the CLI read it; they never write it.
+
+Each setting is declared once, as a `LocalConfig` field: its type, default and help text (the
+field's metadata) give the environment variable name, the conversion from JSON or env text,
+the validation, and the reference table (`config_reference()`). The file is validated once,
+when loaded; every problem is a LauncherError naming the key, the file or variable, and the fix.
+
+Remote servers and their keys (by origin, never by prefix) are `remote_servers.py`; the
+conversion of raw values and the error texts are `config_values.py`.
 """
 from __future__ import annotations
 
 import json
 import os
-import shlex
-import shutil
-from dataclasses import dataclass, field
+import re
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields
+from functools import lru_cache
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional, get_type_hints
 
 from ..errors import LauncherError
+from .config_values import (NotConvertible, convert, did_you_mean, env_error, expected, file_error, shown,
+                            type_word)
+from .environment import LAUNCHER_PREFIX, is_reserved_name
+from .redact import mask_env
+from .remote_servers import (ENV_SERVER_NAME, LEGACY_KEYS_KEY, REMOTE_KEY_VAR, REMOTE_URL_VAR, RemoteServer,
+                             origin, remote_servers_from)
+from .server_env import locate_server_program
 
-ENV_PREFIX = "VLLM_OMNI_LAUNCHER_"
+ENV_PREFIX = LAUNCHER_PREFIX
 CONFIG_FILE_NAME = "vllm_omni_launcher.json"
+__all__ = ["CONFIG_FILE_NAME", "ENV_PREFIX", "LocalConfig", "RemoteServer", "config_file_path", "config_reference",
+           "default_data_dir", "key_setup_hint", "load_local_config", "origin"]
 
 
-@dataclass(frozen=True)
+# ---- the settings ---------------------------------------------------------------------------
+def _setting(default: Any, help: str, *, env: Optional[str] = "", default_text: str = "",  # noqa: A002
+             check: Optional[Callable[[Any], str]] = None, example: Any = None, env_doc: str = "") -> Any:
+    """A LocalConfig field with its documentation. `env`: the variable's name after the prefix
+    ("" = the key upper-cased, None = file only). `check(value)` returns what is wrong, or ""."""
+    meta = {"help": help, "env": env, "default_text": default_text, "check": check, "example": example,
+            "env_doc": env_doc}
+    if isinstance(default, dict):
+        return field(default_factory=dict, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def _port_range(value: Optional[int]) -> str:
+    return "" if value is None or 0 < value < 65536 else "must be from 1 to 65535"
+
+
+def _positive(value: Optional[float]) -> str:
+    return "" if value is None or value > 0 else "must be greater than 0"
+
+
+def _not_negative(value: float) -> str:
+    return "" if value >= 0 else "must be 0 or more"
+
+
+def _nonempty(value: Optional[str]) -> str:
+    return "" if value is None or value.strip() else "must not be empty"
+
+
+def _command(value: tuple[str, ...]) -> str:
+    return "" if all(isinstance(part, str) and part for part in value) else "has an empty part"
+
+
+def _env_names(value: Mapping[str, str]) -> str:
+    for name in value:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            return f"'{name}' is not an environment variable name"
+        if is_reserved_name(name):
+            return (f"'{name}' is reserved: the launcher makes a fresh VLLM_API_KEY per launch and never "
+                    f"gives a server its own {ENV_PREFIX}* settings")
+    return ""
+
+
+@dataclass(frozen=True, repr=False)
 class LocalConfig:
-    """Settings owned by the machine's operator."""
+    """Settings owned by the machine's operator (see the module docstring for the rules)."""
 
-    server_command: tuple[str, ...] = ()      # e.g. ("/opt/vllm-env/bin/vllm",); empty: find `vllm`
-    server_env: Optional[str] = None          # venv made by create_server_env.sh
-    host: str = "127.0.0.1"
-    port: Optional[int] = None                # None: free port per launch
-    trust_remote_code: bool = False
-    data_dir: str = ""                        # logs, state files, job storage
-    keep_alive_minutes: float = 0.0           # default idle stop; 0 keeps the server up
-    startup_timeout_s: Optional[float] = None  # None: scaled by model size
-    hang_timeout_s: float = 120.0             # /health failing this long while the process lives: restart
-    remote_api_keys: dict[str, str] = field(default_factory=dict, repr=False)  # URL prefix -> key
-    extra_env: dict[str, str] = field(default_factory=dict)  # e.g. HF_HOME, HF_HUB_OFFLINE
+    server_command: tuple[str, ...] = _setting(
+        (), "the server program, split like a shell (the launcher appends `serve MODEL --omni ...`)",
+        env="SERVER_CMD", default_text="`vllm` on PATH", check=_command, example=["/opt/vllm-env/bin/vllm"])
+    server_env: Optional[str] = _setting(
+        None, "venv made by `python -m vllm_omni_launcher setup`; the launcher runs its `bin/vllm`", check=_nonempty,
+        default_text="`~/.local/share/vllm-omni-launcher/server-env` (under `$XDG_DATA_HOME` when set) if it holds "
+        "`bin/vllm`, else `vllm` on PATH", example="~/vllm-omni-env")
+    host: str = _setting("127.0.0.1", "bind address of launched servers", check=_nonempty)
+    port: Optional[int] = _setting(None, "port of launched servers", default_text="a free port per launch",
+                                   check=_port_range, example=8091)
+    trust_remote_code: bool = _setting(False, "adds `--trust-remote-code`")
+    data_dir: str = _setting(
+        "", "logs (`logs/`, last 10 per server kept), state files, job storage",
+        default_text="`user/vllm_omni_launcher` in ComfyUI, else `~/.cache/vllm-omni-launcher`",
+        example="~/vllm-omni-data")
+    keep_alive_minutes: float = _setting(0.0, "default idle stop; the node's value wins", default_text="0 (keep)",
+                                         check=_not_negative, example=10)
+    startup_timeout_s: Optional[float] = _setting(None, "give up waiting for ready after this long",
+                                                  default_text="scaled by model size", check=_positive,
+                                                  example=1800)
+    hang_timeout_s: float = _setting(120.0, "`/health` failing this long while the process lives: restart",
+                                     check=_positive)
+    connect_timeout_s: float = _setting(5.0, "deadline to connect to a server", check=_positive)
+    first_byte_timeout_s: float = _setting(30.0, "deadline for a server's first response byte", check=_positive)
+    body_timeout_s: float = _setting(600.0, "deadline for a whole response body (video downloads)",
+                                     check=_positive)
+    remote_servers: dict[str, RemoteServer] = _setting(
+        {}, "servers elsewhere, by name: `{\"gpu-box\": {\"url\": \"http://gpu-box:8091\", \"api_key\": \"...\"}}` "
+        "(or `\"api_key_env\": \"VAR\"`); a key is sent only to its server's origin. The variables name one server "
+        f"called `{ENV_SERVER_NAME}`. Also read: `{LEGACY_KEYS_KEY}` `{{\"http://gpu-box:8091\": \"key\"}}` "
+        "(by origin; `\"*\"` is refused)", env=None, env_doc=f"`{REMOTE_URL_VAR}` + `{REMOTE_KEY_VAR}`")
+    extra_env: dict[str, str] = _setting(
+        {}, "extra environment for launched servers (e.g. `HF_HOME`, `HF_TOKEN`, `HF_HUB_OFFLINE`)", env=None,
+        check=_env_names, example={"HF_HUB_OFFLINE": "1"})
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            problem = f.metadata["check"](getattr(self, f.name)) if f.metadata["check"] else ""
+            if problem:
+                raise LauncherError(f"The launcher setting '{f.name}' is not valid", problem,
+                                    f"change '{f.name}'", setting=f.name, kind="config")
+
+    def __repr__(self) -> str:
+        """Field values with extra_env secrets masked and remote keys never shown."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values["extra_env"] = mask_env(self.extra_env)
+        return "LocalConfig(" + ", ".join(f"{name}={value!r}" for name, value in values.items()) + ")"
 
     def resolved_server_command(self) -> list[str]:
-        """The program that is `vllm`: explicit command, else the server venv's, else PATH."""
-        if self.server_command:
-            return list(self.server_command)
-        if self.server_env:
-            candidate = Path(self.server_env).expanduser() / "bin" / "vllm"
-            if candidate.exists():
-                return [str(candidate)]
-            raise LauncherError(
-                f"No vllm in the server environment {self.server_env}",
-                f"{candidate} does not exist",
-                "create it with server/create_server_env.sh, or fix VLLM_OMNI_LAUNCHER_SERVER_ENV",
-                setting="server_env")
-        found = shutil.which("vllm")
-        if not found:
-            raise LauncherError(
-                "Cannot find the vLLM-Omni server program",
-                "no server command or server environment is configured and `vllm` is not on PATH",
-                "run server/create_server_env.sh on the GPU machine, then set VLLM_OMNI_LAUNCHER_SERVER_ENV "
-                f"to its path (or 'server_env' in {CONFIG_FILE_NAME})", setting="server_env")
-        return [found]
+        """The program that is `vllm`: explicit command, else the server venv's, else the default
+        server env's (made by `setup`), else PATH (the rule and its errors: server_env.py)."""
+        return list(locate_server_program(self.server_command, self.server_env).command)
+
+    def remote_server(self, name_or_url: str) -> Optional[RemoteServer]:
+        """The configured server called `name_or_url`, else the first whose origin it has."""
+        if name_or_url in self.remote_servers:
+            return self.remote_servers[name_or_url]
+        try:
+            wanted = origin(name_or_url)
+        except LauncherError:
+            return None
+        return next((s for s in self.remote_servers.values() if s.origin == wanted), None)
 
     def api_key_for(self, url: str) -> Optional[str]:
-        """Key for a remote server: longest matching URL prefix, else the default key."""
-        best = max((p for p in self.remote_api_keys if p != "*" and url.startswith(p)), key=len, default=None)
-        if best is not None:
-            return self.remote_api_keys[best]
-        return self.remote_api_keys.get("*")
-
-    def data_path(self, *parts: str) -> Path:
-        path = Path(self.data_dir).expanduser().joinpath(*parts)
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+        """The key configured for `url`'s exact origin, else None (also for a URL that is not valid):
+        a workflow's URL never receives a key the operator did not name for that origin."""
+        try:
+            wanted = origin(url)
+        except LauncherError:
+            return None
+        return next((s.api_key for s in self.remote_servers.values() if s.api_key and s.origin == wanted), None)
 
 
+def key_setup_hint(url: str) -> str:
+    """How to give `url`'s server a key, for 401 messages: names the origin to configure."""
+    try:
+        where = origin(url)
+    except LauncherError:
+        where = "http://HOST:PORT"
+    path = config_file_path()
+    return (f"name that server in the launcher config: \"remote_servers\": {{\"my-server\": {{\"url\": \"{where}\", "
+            f"\"api_key\": \"...\"}}}} in {path}, or set {REMOTE_URL_VAR}={where} and {REMOTE_KEY_VAR}; "
+            "keys never come from workflow widgets")
+
+
+# ---- reading the file and the environment --------------------------------------------------
+@lru_cache(maxsize=1)
+def _types() -> dict[str, Any]:
+    return get_type_hints(LocalConfig)
+
+
+def _example(f: Any, tp: Any, raw: Any) -> str:
+    """A valid JSON value for `f`: the bad text converted when it parses (\"8091\" -> 8091)."""
+    if isinstance(raw, str):
+        try:
+            return json.dumps(convert(tp, raw, True))
+        except NotConvertible:
+            pass
+    value = f.metadata["example"] if f.metadata["example"] is not None else f.default
+    return json.dumps(value if value is not MISSING else {})
+
+
+def _env_var(f: Any) -> Optional[str]:
+    env = f.metadata["env"]
+    return None if env is None else ENV_PREFIX + (env or f.name.upper())
+
+
+def _read_file(path: Optional[Path]) -> dict[str, Any]:
+    if path is None or not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeError, ValueError) as exc:
+        raise LauncherError(f"Cannot read the launcher config {path}", str(exc),
+                            "fix the JSON at the place named above, or delete the file", setting="config",
+                            kind="config") from exc
+    if not isinstance(data, dict):
+        raise LauncherError(f"The launcher config {path} is not a JSON object", f"it holds {shown(data)}",
+                            'write an object such as {"server_env": "~/vllm-omni-env"}', setting="config",
+                            kind="config")
+    known = [f.name for f in fields(LocalConfig)] + [LEGACY_KEYS_KEY]
+    for key in data:
+        if key not in known:
+            hint = did_you_mean(key, known)
+            raise LauncherError(
+                f"Unknown setting '{key}' in the launcher config {path}", "the launcher does not read it, so it "
+                "would have no effect", f"{hint}Rename the key in {path}" if hint else
+                f"remove it; the settings are: {', '.join(known)}", setting=key, kind="config")
+    return data
+
+
+def load_local_config(environ: Optional[Mapping[str, str]] = None) -> LocalConfig:
+    """Read and validate the file (if any), then let environment variables override it."""
+    env = os.environ if environ is None else environ
+    path = config_file_path(env)
+    data = _read_file(path)
+    values: dict[str, Any] = {}
+    for f in fields(LocalConfig):
+        var = _env_var(f)
+        if var and env.get(var, "").strip():
+            values[f.name] = _parsed(f, env[var], var=var)
+        elif f.name in data and f.name != "remote_servers":
+            values[f.name] = _parsed(f, data[f.name], path=path)
+    values["data_dir"] = values.get("data_dir") or default_data_dir()
+    values["remote_servers"] = remote_servers_from(data, path, env)
+    return LocalConfig(**values)
+
+
+def _parsed(f: Any, raw: Any, *, var: str = "", path: Optional[Path] = None) -> Any:
+    """`raw` from env variable `var` (or from the file at `path`) converted and checked for field `f`."""
+    tp = _types()[f.name]
+    try:
+        value = convert(tp, raw, bool(var))
+    except NotConvertible:
+        why = f"'{f.name}' expects {expected(tp)}, got {shown(raw)}"
+        bad = [k for k, v in raw.items() if isinstance(v, bool) or not isinstance(v, (str, int, float))] \
+            if isinstance(raw, dict) else []
+        if bad:
+            why += f" ('{bad[0]}' is {shown(raw[bad[0]])}, not a string)"
+        if var:
+            raise env_error(var, f.name, why, f"set {var} to {expected(tp)}, or unset it") from None
+        raise file_error(f.name, path, why, f"write \"{f.name}\": {_example(f, tp, raw)} in {path}, or remove "
+                          "the key to use the default") from None
+    problem = f.metadata["check"](value) if f.metadata["check"] else ""
+    if problem and var:
+        raise env_error(var, f.name, f"'{f.name}' {problem}", f"change {var}, or unset it")
+    if problem:
+        raise file_error(f.name, path, f"'{f.name}' {problem}", f"change \"{f.name}\" in {path}")
+    return value
+
+
+# ---- where things live ---------------------------------------------------------------------
 def default_data_dir() -> str:
     """Where logs, state files and job storage go when the config names no data_dir."""
     user = _comfy_user_dir()
@@ -88,8 +273,9 @@ def _comfy_user_dir() -> Optional[Path]:
     return Path(getter()) if getter else None
 
 
-def config_file_path() -> Optional[Path]:
-    explicit = os.environ.get(ENV_PREFIX + "CONFIG")
+def config_file_path(environ: Optional[Mapping[str, str]] = None) -> Optional[Path]:
+    """The config file: VLLM_OMNI_LAUNCHER_CONFIG, else ComfyUI's user dir, else ~/.config."""
+    explicit = (os.environ if environ is None else environ).get(ENV_PREFIX + "CONFIG")
     if explicit:
         return Path(explicit).expanduser()
     user = _comfy_user_dir()
@@ -98,42 +284,23 @@ def config_file_path() -> Optional[Path]:
     return Path("~/.config/vllm-omni-launcher").expanduser() / CONFIG_FILE_NAME
 
 
-def load_local_config() -> LocalConfig:
-    """Read the file (if any), then let environment variables override it."""
-    data: dict[str, Any] = {}
-    path = config_file_path()
-    if path is not None and path.is_file():
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise LauncherError(f"Cannot read the launcher config {path}", str(exc),
-                                "fix the JSON or delete the file") from exc
-    env = os.environ
-    if env.get(ENV_PREFIX + "SERVER_CMD"):
-        data["server_command"] = shlex.split(env[ENV_PREFIX + "SERVER_CMD"])
-    for key, conv in (("SERVER_ENV", str), ("HOST", str), ("PORT", int), ("DATA_DIR", str),
-                      ("KEEP_ALIVE_MINUTES", float), ("STARTUP_TIMEOUT_S", float), ("HANG_TIMEOUT_S", float)):
-        if env.get(ENV_PREFIX + key):
-            data[key.lower()] = conv(env[ENV_PREFIX + key])
-    if env.get(ENV_PREFIX + "TRUST_REMOTE_CODE"):
-        data["trust_remote_code"] = env[ENV_PREFIX + "TRUST_REMOTE_CODE"].lower() in ("1", "true", "yes")
-    keys = dict(data.get("remote_api_keys") or {})
-    if env.get(ENV_PREFIX + "REMOTE_API_KEY"):
-        keys["*"] = env[ENV_PREFIX + "REMOTE_API_KEY"]
-    command = data.get("server_command") or ()
-    if isinstance(command, str):
-        command = shlex.split(command)
-    default_data = default_data_dir()
-    return LocalConfig(
-        server_command=tuple(command),
-        server_env=data.get("server_env"),
-        host=data.get("host", "127.0.0.1"),
-        port=data.get("port"),
-        trust_remote_code=bool(data.get("trust_remote_code", False)),
-        data_dir=data.get("data_dir") or default_data,
-        keep_alive_minutes=float(data.get("keep_alive_minutes", 0.0)),
-        startup_timeout_s=data.get("startup_timeout_s"),
-        hang_timeout_s=float(data.get("hang_timeout_s") or 120.0),
-        remote_api_keys=keys,
-        extra_env={str(k): str(v) for k, v in (data.get("extra_env") or {}).items()},
-    )
+# ---- documentation -------------------------------------------------------------------------
+def config_reference() -> str:
+    """The settings as a markdown table (variable, file key, type, default, meaning), for the README."""
+    rows = ["| variable | file key | type | default | meaning |", "|---|---|---|---|---|",
+            f"| `{ENV_PREFIX}CONFIG` | — | path | `user/{CONFIG_FILE_NAME}` in ComfyUI, else "
+            f"`~/.config/vllm-omni-launcher/{CONFIG_FILE_NAME}` | where this file is |"]
+    for f in fields(LocalConfig):
+        var = _env_var(f)
+        env_text = f.metadata["env_doc"] or (f"`{var}`" if var else "—")
+        default = f.metadata["default_text"] or _doc_default(f.default)
+        rows.append(f"| {env_text} | `{f.name}` | {type_word(_types()[f.name])} | {default} | {f.metadata['help']} |")
+    return "\n".join(rows)
+
+
+def _doc_default(value: Any) -> str:
+    if value is None or value is MISSING:
+        return "—"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"`{json.dumps(value) if isinstance(value, bool) else value}`"

@@ -1,32 +1,35 @@
-"""Read the server's log as it is written: startup phases, denoise progress, error lines.
+"""Read the server's log: startup phases and their progress, denoise progress, error lines.
 
 vLLM-Omni has no HTTP loading state (the port refuses connections until the model is warm)
 and no HTTP progress (a job's `progress` jumps 0 -> 100). Both exist only in its log: the
-startup lines (vllm-omni-serving.md 4.6) and the rank-0 tqdm bar of the denoise loop, which
-redraws itself with carriage returns (`\\r 25%|██▌       | 1/4 [00:00<00:01,  1.56it/s]`).
-So the log is split on both `\\r` and `\\n`, and every segment is offered to the parsers.
+startup lines (in 0.30: "Delegating entrypoint handling to vllm-omni", "Detected diffusion
+model", "Prefetching ... subfolders", "Multi-thread loading shards" bars, "Loading weights
+took", "Model loading took X GiB", the warm-up "dummy run", then "Starting vLLM API server",
+"Available routes are", uvicorn's "Application startup complete") and the rank-0 tqdm bar
+of the denoise loop, which redraws itself with carriage returns
+(`\\r 25%|██▌       | 1/4 [00:00<00:01,  1.56it/s]`). log_follower.py splits the file on
+both `\\r` and `\\n`; every segment is offered to the parsers here.
 
-The server writes straight into a file (not a pipe): a pipe would block the server once
-our reader lags 64 KiB behind, and it would break (EPIPE) the moment ComfyUI exits, while a
-file keeps working and lets a restarted ComfyUI adopt the server and keep reading it.
+The log is untrusted text: every segment is stripped of terminal escapes and control
+characters (redact.strip_control) before it is parsed or shown.
 """
 from __future__ import annotations
 
-import codecs
-import os
 import re
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Optional
+from typing import Callable, Optional
+
+from . import failure_patterns
+from .redact import strip_control
 
 # ---- phases ---------------------------------------------------------------------------
 STARTING, DOWNLOADING, LOADING, WARMUP, READY = "starting", "downloading", "loading", "warmup", "ready"
 PHASE_ORDER = (STARTING, DOWNLOADING, LOADING, WARMUP, READY)
 
-_PREFIX = re.compile(r"^\s*(?:\([A-Za-z_]+ pid=\d+\)\s*)?")
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")   # vLLM colours its "(APIServer pid=N)" tag
+# (done, total or None, unit): what a progress bar for a startup phase needs.
+Progress = tuple[float, Optional[float], str]
 
 # (regex, phase or None (text only), text template using match groups)
 _PHASE_LINES: tuple[tuple[re.Pattern[str], Optional[str], str], ...] = (
@@ -51,35 +54,40 @@ _PHASE_LINES: tuple[tuple[re.Pattern[str], Optional[str], str], ...] = (
 _SERVER_UP = re.compile(r"Starting vLLM API server|Available routes are|Application startup complete")
 _WARMUP_START = re.compile(r"dummy run to warm up the model")
 _VERSION = re.compile(r"vLLM server version (\d+)\.(\d+)")
-_VERSION_MISMATCH = re.compile(r"mismatched major/minor versions")
-_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|torch\.cuda\.OutOfMemoryError")
 
 # A tqdm bar with a description ("Loading weights:  45%|...| 10/22 [...]",
-# "Multi-thread loading shards:  50% Completed | 1/2 [...]", "Fetching 12 files:  ...").
+# "Multi-thread loading shards:  50% Completed | 1/2 [...]", "Fetching 12 files:  ...",
+# a Hugging Face byte bar "model.safetensors:  45%|...| 2.15G/4.77G [...]" or
+# "Reconstructing ...:  45%|...|  2.1GB / 4.7GB").
 _DESC_BAR = re.compile(r"^(?P<desc>[^|%]*?):\s+(?P<pct>\d+)%(?: Completed)?\s*\|[^|]*\|?\s*"
-                       r"(?P<n>[\d.]+[kMGT]?B?)/(?P<total>[\d.]+[kMGT]?B?)")
+                       r"(?P<n>[\d.]+[kMGT]?B?)\s*/\s*(?P<total>[\d.]+[kMGT]?B?)")
+_SIZE = re.compile(r"^(?P<num>[\d.]+)(?P<scale>[kMGT]?)(?P<b>B?)$")
+_SCALE = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 # The denoise bar has no description: "  0%|          | 0/4 [00:00<?, ?it/s]".
 _BAR = re.compile(r"^(?P<pct>\d{1,3})%\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+)\s*"
                   r"\[(?P<elapsed>[\d:]+)<(?P<remaining>[\d:?]+),\s*(?P<rate>[\d.?]+)\s*(?P<unit>s/it|it/s)[^\]]*\]")
 
 
-def strip_ansi(text: str) -> str:
-    return _ANSI.sub("", text) if "\x1b" in text else text
+def clean(segment: str) -> str:
+    """A log segment as text we may parse and show: no escape sequences or control characters."""
+    return strip_control(segment)
 
 
 def strip_prefix(segment: str) -> str:
-    """Remove colour codes, vLLM's `(APIServer pid=914) ` process tag and leading blanks."""
-    return _PREFIX.sub("", strip_ansi(segment), count=1)
+    """Remove escapes, vLLM's `(APIServer pid=914) ` process tag and leading blanks."""
+    return failure_patterns.strip_pid_prefix(clean(segment))
 
 
 @dataclass(frozen=True)
 class PhaseChange:
     phase: Optional[str]   # None: same phase, new text
     text: str
+    progress: Optional[Progress] = None
 
 
 def parse_phase(segment: str) -> Optional[PhaseChange]:
-    """Map one log segment to a startup phase and a sentence for the status line."""
+    """Map one log segment to a startup phase, a sentence for the status line and, for a
+    download or loading bar, its progress."""
     line = strip_prefix(segment)
     for pattern, phase, template in _PHASE_LINES:
         m = pattern.search(line)
@@ -87,13 +95,39 @@ def parse_phase(segment: str) -> Optional[PhaseChange]:
             return PhaseChange(phase, template.format(*m.groups()))
     m = _DESC_BAR.match(line)
     if m:
-        desc = m.group("desc").strip()
-        n, total = m.group("n"), m.group("total")
-        if desc.lower().startswith(("fetching", "downloading")) or total.endswith("B"):
-            return PhaseChange(DOWNLOADING, f"Downloading weights: {desc} {n}/{total}")
-        if "load" in desc.lower() or "shard" in desc.lower():
-            return PhaseChange(LOADING, f"Loading weights: {desc} {n}/{total}")
+        return _described_bar(m.group("desc").strip(), m.group("n"), m.group("total"))
     return None
+
+
+def _described_bar(desc: str, n_text: str, total_text: str) -> Optional[PhaseChange]:
+    n, total = _SIZE.match(n_text), _SIZE.match(total_text)
+    if n is None or total is None:
+        return None
+    lower = desc.lower()
+    if any(m.group("scale") or m.group("b") for m in (n, total)):      # a byte count: a download
+        done_mb, total_mb = _bytes(n) / 1e6, _bytes(total) / 1e6
+        return PhaseChange(DOWNLOADING, f"Downloading weights: {desc} {done_mb:.0f}/{total_mb:.0f} MB",
+                           (round(done_mb, 1), round(total_mb, 1), "MB"))
+    done, count = float(n.group("num")), float(total.group("num"))
+    if lower.startswith(("fetching", "downloading")):
+        return PhaseChange(DOWNLOADING, f"Downloading weights: {desc} {n_text}/{total_text}", (done, count, "files"))
+    if "load" in lower or "shard" in lower:
+        unit = "shards" if "shard" in lower else "parts"
+        return PhaseChange(LOADING, f"{desc}: {n_text}/{total_text}", (done, count, unit))
+    return None
+
+
+def _bytes(m: re.Match[str]) -> float:
+    return float(m.group("num")) * _SCALE[m.group("scale")]
+
+
+def warmup_step(segment: str) -> Optional[PhaseChange]:
+    """The warm-up's dummy denoise run as progress (call it only while warming up)."""
+    bar = parse_bar(segment)
+    if bar is None:
+        return None
+    return PhaseChange(WARMUP, f"Warming up: dummy generation step {bar.step}/{bar.total}",
+                       (float(bar.step), float(bar.total), "steps"))
 
 
 def server_version(segment: str) -> Optional[tuple[int, int]]:
@@ -102,11 +136,11 @@ def server_version(segment: str) -> Optional[tuple[int, int]]:
 
 
 def is_oom_line(segment: str) -> bool:
-    return bool(_OOM.search(segment))
+    return failure_patterns.is_oom(segment)
 
 
 def is_version_mismatch(segment: str) -> bool:
-    return bool(_VERSION_MISMATCH.search(segment))
+    return bool(failure_patterns.VERSION_MISMATCH.search(segment))
 
 
 def is_server_up(segment: str) -> bool:
@@ -267,213 +301,22 @@ class ProgressTracker:
             return cur
         return replace(cur, eta_s=max(0.0, cur.eta_s - (self._clock() - cur.updated_at)))
 
+    def still_running_after(self, run_id: int, seconds: float, stop: threading.Event,
+                            alive: Callable[[], bool]) -> Optional[DenoiseProgress]:
+        """Wait up to `seconds` for denoise run `run_id` to end. Its progress when it is still
+        running then; None when it finished or failed, another run started, the server died
+        or `stop` was set."""
+        deadline = time.monotonic() + seconds
+        while True:
+            cur = self.current()
+            if cur is None or cur.run_id != run_id or cur.done or cur.aborted or not alive():
+                return None
+            if time.monotonic() >= deadline:
+                return cur
+            if stop.wait(0.1):
+                return None
+
     @property
     def last_seen(self) -> float:
         with self._lock:
             return self._last_seen
-
-
-# ---- splitting a byte stream into \r / \n segments ---------------------------------------
-class Splitter:
-    """Incremental UTF-8 decode and split on `\\r`, `\\n` and `\\r\\n`.
-
-    `feed` returns complete segments as (text, ends_line); the unfinished tail is kept and
-    exposed by `pending` so a bar drawn without its trailing `\\r` yet can be read early.
-    """
-
-    def __init__(self) -> None:
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._buf = ""
-
-    def feed(self, data: bytes, final: bool = False) -> list[tuple[str, bool]]:
-        self._buf += self._decoder.decode(data, final)
-        out: list[tuple[str, bool]] = []
-        buf = self._buf
-        start = 0
-        i = 0
-        n = len(buf)
-        while i < n:
-            ch = buf[i]
-            if ch == "\n":
-                out.append((buf[start:i], True))
-                start = i + 1
-            elif ch == "\r":
-                if i + 1 < n:
-                    if buf[i + 1] == "\n":
-                        out.append((buf[start:i], True))
-                        i += 1
-                    else:
-                        out.append((buf[start:i], False))
-                    start = i + 1
-                elif final:
-                    out.append((buf[start:i], False))
-                    start = i + 1
-                else:
-                    break   # a lone \r at the end: wait to see whether \n follows
-            i += 1
-        self._buf = buf[start:]
-        if final and self._buf:
-            out.append((self._buf, True))
-            self._buf = ""
-        return out
-
-    @property
-    def pending(self) -> str:
-        return self._buf.rstrip("\r")
-
-
-def split_text(text: str) -> list[tuple[str, bool]]:
-    """Split a whole text at once (tests, fixtures)."""
-    return Splitter().feed(text.encode("utf-8"), final=True)
-
-
-# ---- following the log file --------------------------------------------------------------
-class LogFollower:
-    """Tail a log file from an offset in a thread; hand segments to `on_segment`.
-
-    Keeps the last `keep` display lines (a line redrawn with `\\r` shows its last state)
-    for error reports. `drain()` reads everything written so far, synchronously: the
-    supervisor calls it after the server exits so the classification sees the last lines.
-    """
-
-    def __init__(self, path: str, on_segment: Callable[[str, bool], None], *, offset: int = 0,
-                 keep: int = 400, interval_s: float = 0.05, max_bytes: int = 256 * 1024 * 1024) -> None:
-        self.path = path
-        self._on_segment = on_segment
-        self._offset = offset
-        self._splitter = Splitter()
-        self._lines: deque[str] = deque(maxlen=keep)
-        self._partial_line = ""
-        self._peeked = ""
-        self._interval = interval_s
-        self._max_bytes = max_bytes
-        self._lock = threading.RLock()       # callbacks may ask for tail() while we parse
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
-
-    def start(self) -> "LogFollower":
-        self._thread = threading.Thread(target=self._run, name=f"vllm-omni-log:{os.path.basename(self.path)}",
-                                        daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=2)
-        self.drain()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                got = self.poll_once()
-            except Exception:  # noqa: BLE001 - a parser bug must not kill log capture
-                got = False
-            if not got:
-                self._stop.wait(self._interval)
-
-    def drain(self) -> None:
-        while self.poll_once():
-            pass
-
-    def poll_once(self) -> bool:
-        """Read what is new; True when something was read."""
-        with self._lock:
-            try:
-                size = os.path.getsize(self.path)
-            except OSError:
-                return False
-            if size < self._offset:          # truncated by rotation: start over
-                self._offset = 0
-            if size == self._offset:
-                return False
-            with open(self.path, "rb") as fh:
-                fh.seek(self._offset)
-                data = fh.read(min(size - self._offset, 1024 * 1024))
-            self._offset += len(data)
-            for text, ends_line in self._splitter.feed(data):
-                self._emit(text, ends_line)
-            pending = strip_ansi(self._splitter.pending)
-            peek = bar_text(pending) if pending else None
-            if peek is not None and peek != self._peeked:
-                # tqdm leaves its newest redraw unterminated until the next one: show it now.
-                self._peeked = peek
-                self._on_segment(peek, False)
-            if self._offset > self._max_bytes and size == self._offset:
-                self._rotate()
-            return True
-
-    def _emit(self, text: str, ends_line: bool) -> None:
-        text = strip_ansi(text)
-        if self._peeked:
-            if bar_text(text) == self._peeked:
-                rest = strip_prefix(text)[len(self._peeked):]
-                self._peeked = ""
-                if rest.strip():
-                    self._on_segment(rest, ends_line)     # a log line glued after the redraw
-            else:
-                self._peeked = ""
-                self._on_segment(text, ends_line)
-        else:
-            self._on_segment(text, ends_line)
-        if ends_line:
-            shown = text if text.strip() or not self._partial_line else self._partial_line
-            self._lines.append(shown)
-            self._partial_line = ""
-        elif text.strip():
-            self._partial_line = text
-
-    def _rotate(self) -> None:
-        """Copy-truncate a huge log: keep its last 16 MiB in `<log>.1`, empty the file.
-
-        The server appends with O_APPEND, so after the truncation it simply continues at
-        offset 0 of the same file; everything up to now has already been parsed.
-        """
-        keep = 16 * 1024 * 1024
-        try:
-            with open(self.path, "rb") as src, open(self.path + ".1", "wb") as dst:
-                src.seek(max(0, self._offset - keep))
-                dst.write(src.read(keep))
-            os.truncate(self.path, 0)
-            self._offset = 0
-        except OSError:
-            pass
-
-    def tail(self, lines: int = 40) -> list[str]:
-        with self._lock:
-            out = list(self._lines)
-            if self._partial_line:
-                out.append(self._partial_line)
-        return out[-lines:]
-
-    @property
-    def offset(self) -> int:
-        return self._offset
-
-
-def read_tail(path: str, max_bytes: int = 64 * 1024, lines: int = 40) -> list[str]:
-    """The last display lines of a log file (for an adopted server or a post-mortem)."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - max_bytes))
-            data = fh.read()
-    except OSError:
-        return []
-    out: list[str] = []
-    partial = ""
-    for text, ends_line in Splitter().feed(data, final=True):
-        text = strip_ansi(text)
-        if ends_line:
-            out.append(text if text.strip() or not partial else partial)
-            partial = ""
-        elif text.strip():
-            partial = text
-    return out[-lines:]
-
-
-def iter_segments(lines: Iterable[str]) -> Iterable[str]:
-    for line in lines:
-        for text, _ in split_text(line):
-            yield text

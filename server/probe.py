@@ -1,17 +1,20 @@
-"""Tiny HTTP checks against the local server: /health, /v1/models, DELETE; free ports.
+"""Tiny HTTP checks against the local server: /health and /v1/models; free ports.
 
-Standard library only (http.client), on purpose: `requests` honours HTTP(S)_PROXY from the
-environment, and a proxy in front of 127.0.0.1 would turn a healthy server into a timeout.
-Each call opens one short connection; a refused connection (the normal state while vLLM
-loads, since it serves nothing before the model is warm) returns at once.
+They go through the client's one HTTP layer (client/transport.py), so they have its deadlines
+and error handling, with one short try each and never through HTTP(S)_PROXY: a proxy in
+front of the server we started would turn a healthy server into a timeout. A refused
+connection (the normal state while vLLM loads, since it serves nothing before the model is
+warm) returns at once.
 """
 from __future__ import annotations
 
 import errno
-import http.client
-import json
 import socket
 from typing import Optional
+
+from ..client.http_errors import model_ids, parse_body
+from ..client.transport import ONE_TRY, Deadlines, Reply, Transport
+from ..errors import LauncherError
 
 
 def connect_host(host: str) -> str:
@@ -24,47 +27,28 @@ def url_for(host: str, port: int) -> str:
     return f"http://[{h}]:{port}" if ":" in h else f"http://{h}:{port}"
 
 
-def _request(host: str, port: int, method: str, path: str, api_key: Optional[str],
-             timeout: float) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection(connect_host(host), port, timeout=timeout)
-    try:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        conn.request(method, path, headers=headers)
-        resp = conn.getresponse()
-        return resp.status, resp.read()
-    finally:
-        conn.close()
+def _get(host: str, port: int, path: str, api_key: Optional[str], timeout: float) -> Optional[Reply]:
+    """One short GET of our own server, any status; None when nothing answered in time."""
+    limits = Deadlines(connect_s=timeout, first_byte_s=timeout, body_s=timeout)
+    with Transport(url_for(host, port), api_key, deadlines=limits, retry=ONE_TRY, trust_env=False) as http:
+        try:
+            return http.request("GET", path, what=f"Probing {path}", ok=lambda status: True)
+        except LauncherError:
+            return None
 
 
 def health(host: str, port: int, timeout: float = 2.0) -> Optional[int]:
     """HTTP status of GET /health, or None when nothing answered."""
-    try:
-        return _request(host, port, "GET", "/health", None, timeout)[0]
-    except (OSError, http.client.HTTPException):
-        return None
+    reply = _get(host, port, "/health", None, timeout)
+    return reply.status if reply is not None else None
 
 
 def served_models(host: str, port: int, api_key: Optional[str], timeout: float = 2.0) -> Optional[list[str]]:
     """Model ids from GET /v1/models, or None when it did not answer 200 with a list."""
-    try:
-        status, body = _request(host, port, "GET", "/v1/models", api_key, timeout)
-        if status != 200:
-            return None
-        return [str(m.get("id")) for m in json.loads(body).get("data", [])]
-    except (OSError, http.client.HTTPException, ValueError, AttributeError):
+    reply = _get(host, port, "/v1/models", api_key, timeout)
+    if reply is None or reply.status != 200:
         return None
-
-
-def delete_job(base_url: str, job_id: str, api_key: Optional[str], timeout: float = 10.0) -> Optional[int]:
-    """Best-effort DELETE /v1/videos/{id}; returns the HTTP status or None."""
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(base_url)
-    try:
-        return _request(parts.hostname or "127.0.0.1", parts.port or 80, "DELETE", f"/v1/videos/{job_id}",
-                        api_key, timeout)[0]
-    except (OSError, http.client.HTTPException):
-        return None
+    return model_ids(parse_body(reply.text))
 
 
 def free_port(host: str = "127.0.0.1") -> int:

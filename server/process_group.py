@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import psutil
 
@@ -211,12 +211,13 @@ def spawn(argv: Sequence[str], env: dict[str, str], log_fd: int, cwd: Optional[s
     return proc
 
 
-def find_server_child(proc: ServerProcess, timeout: float = 30.0) -> None:
+def find_server_child(proc: ServerProcess, timeout: float = 30.0,
+                      should_stop: Callable[[], bool] = lambda: False) -> None:
     """Record the real server's pid (the watchdog's child) and its create time."""
     if proc.popen is None:
         return
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.popen.poll() is None:
+    while time.monotonic() < deadline and proc.popen.poll() is None and not should_stop():
         try:
             children = psutil.Process(proc.popen.pid).children()
         except psutil.NoSuchProcess:
@@ -256,9 +257,13 @@ def _start_ticks(pid: int) -> Optional[int]:
         return None
 
 
+def cmdline(pid: int) -> Optional[list[str]]:
+    try:
+        return list(psutil.Process(pid).cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
 def verify_cmdline(pid: int, expected: Sequence[str]) -> bool:
     """True when `pid` runs exactly the argv we launched (proves it is our server)."""
-    try:
-        return list(psutil.Process(pid).cmdline()) == list(expected)
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return False
+    return cmdline(pid) == list(expected)

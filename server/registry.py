@@ -6,10 +6,12 @@ module-level registry is the natural owner: every node that asks for the same la
 overlapping GPUs (None = every GPU, overlapping everything) stops the old server first;
 two servers must never compete for one GPU's memory.
 
-On start it also looks at the state files in the data dir for servers an earlier ComfyUI
-left behind (its watchdog normally stops them; see watchdog.py): a verified, healthy one
-with the same spec is adopted, any other verified one is stopped, and a pid that cannot be
-proven to be that server is never signalled.
+On start it also sweeps the servers an earlier ComfyUI left behind (adoption.py): a
+verified, healthy one with the same spec is adopted, any other verified one is stopped, and
+a pid that cannot be proven to be that server is never signalled. Across processes, the GPU
+lock (gpu_lock.py) refuses a second server on a GPU another launcher already uses.
+
+This is the one entry point for nodes and the CLI: they import the names below from here.
 """
 from __future__ import annotations
 
@@ -17,28 +19,31 @@ import atexit
 import os
 import signal
 import threading
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Callable, Optional
 
-from . import probe, process_group, state_file
-from .local_config import LocalConfig, default_data_dir, load_local_config
+from . import adoption, timeouts
+from .failures import LaunchCancelled, ServerFailure
+from .local_config import LocalConfig, load_local_config
 from .spec import LaunchSpec
+from .status import Status, StatusCallback
+from .supervisor import Fallback, Supervisor
 
-if TYPE_CHECKING:
-    from .supervisor import Fallback, StatusCallback, Supervisor
+__all__ = ["Supervisor", "Status", "LaunchCancelled", "ServerFailure", "all_servers", "find", "get_or_start",
+           "stop", "stop_all", "install_exit_handlers", "gpus_overlap"]
 
-_servers: list["Supervisor"] = []
+_servers: list[Supervisor] = []
 _table_lock = threading.Lock()         # short: list edits and lookups
 _start_lock = threading.RLock()        # long: one get_or_start decision at a time
 _hooks_installed = False
 _previous_handlers: dict[int, Any] = {}
 
 
-def all_servers() -> list["Supervisor"]:
+def all_servers() -> list[Supervisor]:
     with _table_lock:
         return list(_servers)
 
 
-def find(fingerprint: str) -> Optional["Supervisor"]:
+def find(fingerprint: str) -> Optional[Supervisor]:
     """The supervisor for a spec fingerprint (as asked for, or as running after a fallback)."""
     with _table_lock:
         for sup in _servers:
@@ -47,13 +52,13 @@ def find(fingerprint: str) -> Optional["Supervisor"]:
     return None
 
 
-def _register(sup: "Supervisor") -> None:
+def _register(sup: Supervisor) -> None:
     with _table_lock:
         if sup not in _servers:
             _servers.append(sup)
 
 
-def _unregister(sup: "Supervisor") -> None:
+def _unregister(sup: Supervisor) -> None:
     with _table_lock:
         if sup in _servers:
             _servers.remove(sup)
@@ -65,22 +70,23 @@ def gpus_overlap(a: Optional[tuple[int, ...]], b: Optional[tuple[int, ...]]) -> 
     return bool(set(a) & set(b))
 
 
-def get_or_start(spec: LaunchSpec, config: Optional[LocalConfig] = None, *, fallback: Optional["Fallback"] = None,
-                 on_status: Optional["StatusCallback"] = None,
-                 keep_alive_minutes: Optional[float] = None) -> "Supervisor":
+def get_or_start(spec: LaunchSpec, config: Optional[LocalConfig] = None, *, fallback: Optional[Fallback] = None,
+                 on_status: Optional[StatusCallback] = None, keep_alive_minutes: Optional[float] = None,
+                 should_cancel: Optional[Callable[[], bool]] = None) -> Supervisor:
     """Return a ready server for `spec`, reusing, adopting or starting one.
 
     Same spec and alive: reuse. Stopped by keep-alive or crashed for good: start it again
     (same Supervisor, next generation). Otherwise stop every server on overlapping GPUs,
     then adopt a verified left-behind server with this spec, or start a new one.
-    Blocks until ready; raises LauncherError with what to change.
+    Blocks until ready; raises LauncherError with what to change, and LaunchCancelled
+    (its processes gone within 2 s) once `should_cancel()` turns true.
     """
-    from .supervisor import Supervisor
-
     config = config or load_local_config()
     install_exit_handlers()
     fingerprint = spec.fingerprint()
-    with _start_lock:
+    if not _acquire_start_lock(should_cancel):
+        raise LaunchCancelled("waiting for another server start to finish")
+    try:
         sup = find(fingerprint)
         if sup is not None:
             if keep_alive_minutes is not None:
@@ -90,32 +96,41 @@ def get_or_start(spec: LaunchSpec, config: Optional[LocalConfig] = None, *, fall
             if sup.ready():
                 sup.mark_job_activity()
                 if on_status is not None:
-                    sup._on_status = on_status
-                    sup._emit()
+                    sup.listen(on_status, replay=True)
                 return sup
             _stop_overlapping(spec, keep=sup)
-            sup.start(on_status)
+            sup.start(on_status, should_cancel=should_cancel)
             return sup
         _stop_overlapping(spec)
-        adopted = _sweep_left_behind(config, spec, fallback, keep_alive_minutes)
+        owned = {s.pgid for s in all_servers()}
+        adopted = adoption.sweep_left_behind(config, spec, owned, fallback, keep_alive_minutes)
         if adopted is not None:
             if on_status is not None:
-                adopted._on_status = on_status
-                adopted._emit()
+                adopted.listen(on_status, replay=True)
             _register(adopted)
             return adopted
         sup = Supervisor(spec, config, fallback, keep_alive_minutes=keep_alive_minutes)
         _register(sup)
         try:
-            sup.start(on_status)
+            sup.start(on_status, should_cancel=should_cancel)
         except BaseException:
-            sup.stop(timeout=10)
+            sup.stop(timeout=timeouts.REPLACE_STOP_S)
             _unregister(sup)
             raise
         return sup
+    finally:
+        _start_lock.release()
 
 
-def _stop_overlapping(spec: LaunchSpec, keep: Optional["Supervisor"] = None) -> None:
+def _acquire_start_lock(should_cancel: Optional[Callable[[], bool]]) -> bool:
+    """One get_or_start decision at a time; a cancel while another one runs gives up."""
+    while not _start_lock.acquire(timeout=0.1):
+        if should_cancel is not None and should_cancel():
+            return False
+    return True
+
+
+def _stop_overlapping(spec: LaunchSpec, keep: Optional[Supervisor] = None) -> None:
     for other in all_servers():
         if other is keep:
             continue
@@ -124,7 +139,7 @@ def _stop_overlapping(spec: LaunchSpec, keep: Optional["Supervisor"] = None) -> 
             _unregister(other)
 
 
-def stop(fingerprint: str, timeout: float = 30.0) -> bool:
+def stop(fingerprint: str, timeout: float = timeouts.STOP_S) -> bool:
     """Stop and forget the server with this fingerprint; False when there was none."""
     sup = find(fingerprint)
     if sup is None:
@@ -134,7 +149,7 @@ def stop(fingerprint: str, timeout: float = 30.0) -> bool:
     return True
 
 
-def stop_all(timeout: float = 30.0) -> None:
+def stop_all(timeout: float = timeouts.STOP_S) -> None:
     """Stop every server this process owns, in parallel (exit paths have little time)."""
     servers = all_servers()
     threads = [threading.Thread(target=s.stop, kwargs={"timeout": timeout}, daemon=True) for s in servers]
@@ -146,71 +161,13 @@ def stop_all(timeout: float = 30.0) -> None:
         _unregister(s)
 
 
-# ---- left-behind servers -------------------------------------------------------------------
-def _owner_alive(st: state_file.ServerState) -> bool:
-    """Another live process (not us) still owns this server: not ours to touch."""
-    if st.owner_pid == os.getpid():
-        return False        # we hold no such server in memory, so an earlier image of us left it (exec)
-    created = process_group.create_time(st.owner_pid)
-    return created is not None and st.owner_create_time is not None and abs(created - st.owner_create_time) < 0.05
-
-
-def _verified(st: state_file.ServerState) -> bool:
-    """The recorded server pid is alive, is the process we launched (create time and exact
-    argv) and still sits in the recorded process group."""
-    if st.server_pid is None or st.server_create_time is None:
-        return False
-    created = process_group.create_time(st.server_pid)
-    if created is None or abs(created - st.server_create_time) >= 0.05:
-        return False
-    if not process_group.verify_cmdline(st.server_pid, st.argv):
-        return False
-    try:
-        return os.getpgid(st.server_pid) == st.pgid
-    except ProcessLookupError:
-        return False
-
-
-def _healthy(st: state_file.ServerState, served_name: str) -> bool:
-    if probe.health(st.host, st.port, timeout=2.0) != 200:
-        return False
-    names = probe.served_models(st.host, st.port, st.api_key, timeout=3.0)
-    return names is not None and served_name in names
-
-
-def _sweep_left_behind(config: LocalConfig, spec: LaunchSpec, fallback: Optional["Fallback"],
-                       keep_alive_minutes: Optional[float]) -> Optional["Supervisor"]:
-    from .supervisor import Supervisor
-
-    data_dir = config.data_dir or default_data_dir()
-    owned = {s.pgid for s in all_servers()}
-    adopted: Optional[Supervisor] = None
-    for path, st in state_file.read_all(data_dir):
-        if st is None or st.pgid in owned or _owner_alive(st):
-            continue
-        if not _verified(st):
-            path.unlink(missing_ok=True)    # dead, or not provably ours: forget it, signal nothing
-            continue
-        proc = process_group.ServerProcess(pgid=st.pgid, leader_create_time=st.leader_create_time,
-                                           server_pid=st.server_pid, server_create_time=st.server_create_time,
-                                           adopted=True)
-        wanted = spec.fingerprint() in (st.fingerprint, st.requested_fingerprint)
-        served = LaunchSpec.from_dict(st.spec).served_name
-        if adopted is None and wanted and _healthy(st, served):
-            adopted = Supervisor.adopt(st, config, spec, fallback, keep_alive_minutes)
-            continue
-        proc.stop(timeout=15, graceful=True)
-        path.unlink(missing_ok=True)
-    return adopted
-
-
 # ---- exit hooks ----------------------------------------------------------------------------
 def _atexit_stop() -> None:
-    stop_all(timeout=10)
+    stop_all(timeout=timeouts.EXIT_STOP_S)
 
 
 def _on_signal(signum: int, frame: Any) -> None:
-    stop_all(timeout=10)
+    stop_all(timeout=timeouts.EXIT_STOP_S)
     previous = _previous_handlers.get(signum, signal.SIG_DFL)
     if callable(previous):
         previous(signum, frame)
@@ -243,11 +200,3 @@ def install_exit_handlers() -> bool:
             return False
         _previous_handlers[sig] = current
     return True
-
-
-def _forget_all_for_tests() -> None:
-    """Drop every supervisor without stopping it (simulates a new process in tests)."""
-    with _table_lock:
-        _servers.clear()
-
-

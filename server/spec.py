@@ -11,18 +11,25 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from ..errors import LauncherError, SpecError
 from ..models import WanFamily, family_for
 from .flags import EXTRA_FLAGS, LOCAL_ONLY_FLAGS, NONEXISTENT_FLAGS, Version
+from .settings import options, setting
+from .versions import DEFAULT_VERSION
 
-PARALLEL_MODES = ("none", "tensor", "ulysses", "ring", "cfg", "hsdp")
-OFFLOAD_MODES = ("none", "module", "layerwise")
-QUANTIZATIONS = ("none", "fp8")
-CACHE_BACKENDS = ("none", "cache_dit")
-ULYSSES_MODES = ("strict", "advanced_uaa")
-DEFAULT_VERSION: Version = (0, 30)
+# Each option set is declared once, as a Literal type; the tuples are its values for code that lists them.
+ParallelMode = Literal["none", "tensor", "ulysses", "ring", "cfg", "hsdp"]
+OffloadMode = Literal["none", "module", "layerwise"]
+Quantization = Literal["none", "fp8"]
+CacheBackend = Literal["none", "cache_dit"]
+UlyssesMode = Literal["strict", "advanced_uaa"]
+PARALLEL_MODES = options(ParallelMode)
+OFFLOAD_MODES = options(OffloadMode)
+QUANTIZATIONS = options(Quantization)
+CACHE_BACKENDS = options(CacheBackend)
+ULYSSES_MODES = options(UlyssesMode)
 
 _MODE_FLAG = {"tensor": "--tensor-parallel-size", "ulysses": "--usp", "ring": "--ring",
               "cfg": "--cfg-parallel-size", "hsdp": "--hsdp-shard-size"}
@@ -36,11 +43,16 @@ class ParallelConfig:
     upstream's own 2xH100 baseline uses); mode "hsdp" alone is pure weight sharding.
     """
 
-    mode: str = "none"
-    degree: int = 1
-    vae_patch: int = 1
-    ulysses_mode: str = "strict"
-    hsdp: bool = False
+    mode: ParallelMode = setting(
+        "none", "one multi-GPU mode: tensor (splits the weights: memory), ulysses (sequence parallel: speed), "
+        "ring, cfg (the two guidance passes on 2 GPUs: little traffic, best without NVLink/P2P), "
+        "hsdp (FSDP2 weight sharding)")
+    degree: int = setting(1, "GPUs the parallel mode uses (its world size)")
+    vae_patch: int = setting(1, "VAE patch parallel size: split the VAE decode over GPUs of the parallel world")
+    ulysses_mode: UlyssesMode = setting(
+        "strict", "strict splits the attention heads evenly (the degree must divide them: A14B 40, TI2V-5B 24); "
+        "advanced_uaa allows an uneven split")
+    hsdp: bool = setting(False, "also shard the weights with HSDP (FSDP2) over the ulysses/ring/cfg world")
 
     @property
     def world_size(self) -> int:
@@ -65,10 +77,12 @@ class ParallelConfig:
 class MemoryConfig:
     """How weights and activations are kept small enough for the card."""
 
-    offload: str = "none"          # none | module (text encoder <-> DiT) | layerwise (DiT blocks)
-    quantization: str = "none"     # none | fp8
-    vae_tiling: bool = False
-    vae_slicing: bool = False
+    offload: OffloadMode = setting(
+        "none", "module: the text encoder and the DiT take turns on the GPU, the other waits in CPU memory "
+        "(works with every parallel mode); layerwise: DiT blocks streamed from CPU memory (one GPU only)")
+    quantization: Quantization = setting("none", "fp8: FP8 DiT weights (not validated upstream for Wan2.2)")
+    vae_tiling: bool = setting(False, "decode the VAE in tiles: a lower memory peak for long or large clips")
+    vae_slicing: bool = setting(False, "decode the VAE one video at a time when requests are batched")
 
     def flags(self) -> list[str]:
         out: list[str] = []
@@ -89,10 +103,13 @@ class MemoryConfig:
 class RuntimeConfig:
     """Speed and model-behaviour switches fixed for the server's lifetime."""
 
-    cache_backend: str = "none"    # none | cache_dit
-    enforce_eager: bool = False    # upstream default: torch.compile on (slower start, faster steps)
-    boundary_ratio: Optional[float] = None  # server-side MoE switch; beats the request value
-    flow_shift: Optional[float] = None      # server default; the request value beats it
+    cache_backend: CacheBackend = setting("none", "cache_dit: reuse DiT block outputs between steps (faster)")
+    enforce_eager: bool = setting(False, "skip torch.compile: faster start, slower steps (upstream compiles)")
+    boundary_ratio: Optional[float] = setting(
+        None, "A14B: the fraction of the denoise run by the high-noise expert, 0..1 (T2V 0.875, I2V 0.9); "
+        "set on the server it beats the request's value")
+    flow_shift: Optional[float] = setting(
+        None, "the scheduler's flow shift (T2V 12, I2V and TI2V 5); a request's value beats the server's")
 
     def flags(self) -> list[str]:
         out: list[str] = []
@@ -125,15 +142,18 @@ class LaunchCommand:
 class LaunchSpec:
     """One server: model, GPUs, parallelism, memory, runtime switches and network."""
 
-    model: str
-    gpus: Optional[tuple[int, ...]] = None   # None: every visible GPU (first `world_size` are used)
+    model: str = setting(help="HF id (Wan-AI/Wan2.2-T2V-A14B-Diffusers, ...-I2V-A14B-..., "
+                              "...-TI2V-5B-...) or a local Diffusers folder")
+    gpus: Optional[tuple[int, ...]] = setting(None, "GPU ids to run on; unset: every visible GPU, of which "
+                                                    "the first world-size ones are used")
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
-    served_model_name: Optional[str] = None
-    host: str = "127.0.0.1"
-    port: Optional[int] = None               # None: a free port is chosen at launch
-    extra_flags: tuple[str, ...] = ()
+    served_model_name: Optional[str] = setting(None, "the model name clients use in requests (default: the model)")
+    host: str = setting("127.0.0.1", "the address to listen on; set only locally (a workflow cannot choose it)")
+    port: Optional[int] = setting(None, "the TCP port to listen on; unset: a free port chosen at launch")
+    extra_flags: tuple[str, ...] = setting((), "allow-listed extra `vllm serve` flags, checked against the "
+                                               "launcher's flag table for the server's version")
 
     # ---- identity -------------------------------------------------------------------
     @property

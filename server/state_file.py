@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from . import private_files
+
 VERSION = 1
 
 
@@ -48,13 +50,7 @@ class ServerState:
 
 
 def state_dir(data_dir: str) -> Path:
-    path = Path(data_dir).expanduser() / "state"
-    path.mkdir(parents=True, exist_ok=True)
-    try:
-        os.chmod(path, 0o700)
-    except OSError:
-        pass
-    return path
+    return private_files.private_dir(data_dir, "state")
 
 
 def path_for(data_dir: str, pgid: int) -> Path:
@@ -65,7 +61,7 @@ def write(data_dir: str, state: ServerState) -> Path:
     """Write atomically with 0600 permissions (the file holds the API key)."""
     target = path_for(data_dir, state.pgid)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = private_files.open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
         with os.fdopen(fd, "w") as fh:
             json.dump(asdict(state), fh)

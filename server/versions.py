@@ -1,8 +1,9 @@
 """Which vLLM / vLLM-Omni the server environment holds, read once per server command.
 
-The launcher supports the 0.26 and 0.30 lines (the flags and form fields differ a little,
-vllm-omni-serving.md section 1). Upstream only *warns* when vLLM and vLLM-Omni differ in
-major.minor and then misbehaves, so the launcher refuses that pairing before starting.
+The launcher supports the 0.26 and 0.30 lines (a few flags differ between them, and
+server/flags.py records which; so do a few request form fields). Upstream only *warns* when
+vLLM and vLLM-Omni differ in major.minor and then misbehaves, so the launcher refuses that
+pairing before starting.
 """
 from __future__ import annotations
 
@@ -12,9 +13,16 @@ import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from ..errors import LauncherError
+from . import environment
+from .flags import Version
+
+if TYPE_CHECKING:
+    from .local_config import LocalConfig
+
+DEFAULT_VERSION: Version = (0, 30)    # the line the launcher pins (create_server_env.sh)
 
 SUPPORTED = ((0, 26), (0, 30))
 _PROBE = ("import json, sys\nfrom importlib.metadata import version, PackageNotFoundError\n"
@@ -33,7 +41,7 @@ class ServerVersions:
 
     @property
     def omni_minor(self) -> tuple[int, int]:
-        return _major_minor(self.vllm_omni or "0.30")
+        return _major_minor(self.vllm_omni) if self.vllm_omni else DEFAULT_VERSION
 
     def check(self) -> None:
         """Refuse environments that cannot serve (missing package, mismatched pair, unknown line)."""
@@ -93,8 +101,9 @@ def server_python(command: list[str], explicit: Optional[str] = None) -> Optiona
 
 @functools.lru_cache(maxsize=8)
 def _probe(python: str, extra_env: tuple[tuple[str, str], ...]) -> ServerVersions:
-    # The server's own environment: ComfyUI's PYTHONPATH must not leak in, the server's may.
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | dict(extra_env)
+    # The environment a launch would give the server (allow-listed: no PYTHONPATH of ComfyUI's and
+    # none of the launcher's own VLLM_OMNI_LAUNCHER_* keys), plus the operator's extra_env.
+    env = {k: v for k, v in os.environ.items() if environment.is_inherited(k)} | dict(extra_env)
     try:
         out = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=60, env=env)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -106,6 +115,21 @@ def _probe(python: str, extra_env: tuple[tuple[str, str], ...]) -> ServerVersion
                             "recreate it with server/create_server_env.sh", setting="server_env", raw=out.stderr)
     data = json.loads(out.stdout.strip().splitlines()[-1])
     return ServerVersions(data["python"], data.get("vllm"), data.get("vllm-omni"))
+
+
+def checked_server_version(config: "LocalConfig") -> Version:
+    """The server environment's vLLM-Omni (major, minor), after refusing a missing or mismatched pair.
+
+    The one pre-launch version check every launch path calls (Local Server node, `serve`,
+    `generate --model`): the result is the version the extra flags are validated against.
+    Where the interpreter behind the server command cannot be located (a wrapper script),
+    nothing can be checked and the default line (DEFAULT_VERSION) is assumed.
+    """
+    found = detect(config.resolved_server_command(), extra_env=config.extra_env)
+    if found is None:
+        return DEFAULT_VERSION
+    found.check()
+    return found.omni_minor
 
 
 def detect(command: list[str], explicit_python: Optional[str] = None,

@@ -1,4 +1,5 @@
-"""Shared test setup: helper modules on sys.path, and no test touches the user's config or data."""
+"""Shared test setup: helper modules on sys.path, no test touches the user's config or data,
+and the ``server_env_python`` fixture for tests outside ``tests/contract`` that need vLLM."""
 from __future__ import annotations
 
 import os
@@ -9,6 +10,23 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS / "contract"))  # frame_code, stubserver
+
+import stubserver  # noqa: E402
+
+SERVER_ENV_MISSING = (
+    f"needs the server environment (vllm + vllm-omni): {stubserver.ENV_VAR} is not set; "
+    "point it at that venv's python (bash tests/run.sh builds .venv-server and sets it)")
+
+
+@pytest.fixture(scope="session")
+def server_env_python() -> str:
+    """The server python, for a test outside tests/contract that runs vLLM (a stub server, the
+    server env's version check).  Unset: the test is skipped, saying so, so that ``tests/unit``
+    runs without the server environment; set to something that is not a python: it fails.
+    tests/run.sh always sets it, so nothing is skipped there."""
+    if not os.environ.get(stubserver.ENV_VAR, "").strip():
+        pytest.skip(SERVER_ENV_MISSING)
+    return stubserver.server_python()
 
 
 @pytest.fixture(autouse=True)

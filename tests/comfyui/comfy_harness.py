@@ -11,6 +11,7 @@ chromium / chromium-browser / google-chrome on PATH). ``playwright install`` is 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import shutil
@@ -23,6 +24,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional
 
@@ -133,7 +135,23 @@ class ComfyUI:
         query = urllib.parse.urlencode({"filename": filename, "subfolder": subfolder, "type": kind})
         return "/view?" + query
 
-    def wait_history(self, prompt_id: str, timeout: float) -> dict:
+    def queue(self, prompt: dict, client_id: Optional[str] = None) -> str:
+        """POST an API-format prompt to /prompt; its prompt_id (AssertionError if refused)."""
+        status, body = self.post("/prompt", {"prompt": prompt, "client_id": client_id or str(uuid.uuid4())})
+        assert status == 200 and not body.get("node_errors"), f"/prompt refused it: {status} {body}"
+        return body["prompt_id"]
+
+    def interrupt(self, prompt_id: Optional[str] = None) -> None:
+        """What the Cancel button does: POST /interrupt (for that prompt when given)."""
+        status, _ = self.post("/interrupt", {"prompt_id": prompt_id} if prompt_id else {})
+        assert status == 200, f"/interrupt answered {status}"
+
+    def idle(self) -> bool:
+        """Nothing running or pending in ComfyUI's queue."""
+        queue = self.get("/queue")
+        return not queue.get("queue_running") and not queue.get("queue_pending")
+
+    def wait_history(self, prompt_id: str, timeout: float, poll: float = 1.0) -> dict:
         """The /history entry of a prompt once it has finished (completed or failed)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -143,7 +161,7 @@ class ComfyUI:
             if entry and entry.get("status", {}).get("completed") is not None and (
                     entry["status"]["completed"] or entry["status"].get("status_str") == "error"):
                 return entry
-            time.sleep(1.0)
+            time.sleep(poll)
         raise TimeoutError(f"prompt {prompt_id} not finished after {timeout:.0f}s; log tail:\n{self.log()[-6000:]}")
 
 
@@ -232,6 +250,18 @@ LOAD_AND_INSPECT_JS = """async ([graph, name]) => {
   const prompt = await app.graphToPrompt();
   return {dialogs, nodes, api: prompt.output, workflow: JSON.stringify(prompt.workflow)};
 }"""
+
+
+def save_png(page: Any, path: Path) -> int:
+    """Screenshot of the page as a 256-colour PNG (keeps the committed pictures small); its size."""
+    from PIL import Image
+
+    raw = page.screenshot(type="png")
+    with Image.open(io.BytesIO(raw)) as im:
+        small = im.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        small.save(path, format="PNG", optimize=True)
+    return path.stat().st_size
 
 
 def close_dialogs(page: Any) -> None:

@@ -1,4 +1,4 @@
-"""Check the pack inside a real ComfyUI: registration, one real run, and every template in the browser.
+"""Check the pack inside a real ComfyUI: registration, a run, caching, Cancel, text and progress, templates.
 
 Usage (ComfyUI's python; the stub server's python as in the unit tests)::
 
@@ -28,11 +28,28 @@ What it does (each step raises AssertionError with the reason when something is 
    missing node. Screenshots (1280x800) go to ``--screenshots``; ``--thumbnails`` also
    writes ``workflows/<name>.jpg``, the card pictures the template browser asks for.
 
+5. Caching (``behaviour_checks``): the TI2V twin (tiny, a fresh seed) queued twice sends one job
+   to the stub (counted from upstream's ``"POST /v1/videos"`` access lines in the server log
+   the launcher keeps in its data dir) and the second queue runs no node; then a changed seed
+   sends exactly one more job, re-runs only Generate video and Save video, and the same server
+   process serves it (its ``STUB_PID`` line; no new log file). The remote template against a
+   stub started here: the same, counted in that stub's log.
+6. The front end (headless Chromium): Doctor and Server Status queued from the page show their
+   reports on the nodes (``send_progress_text`` -> the node's text preview widget); the TI2V
+   template (320x192, 17 frames, 20 steps of 0.5 s) shows ``Step k/20`` and a moving progress
+   bar on Generate video mid-denoise, then ``Done``: screenshot ``generate_mid_denoise.png``.
+7. Cancel during a launch, in a second ComfyUI whose stub loads weights for 15 minutes:
+   ``/interrupt`` 5 s after the server process appeared ends the prompt as interrupted in under
+   3 s and leaves no process of the server's process group; then, queued from the page, the
+   Local Server node shows its status text and progress while the stub loads: screenshot
+   ``local_server_mid_launch.png`` (then Cancel).
+
 Console errors of the stock front end itself are not counted (front end 1.27.10 throws one
 page error at startup even with no custom node at all; offline it also fails to reach the
 internet); see ``_new_errors``.
 
-To refresh what is committed: ``--screenshots docs/screenshots --thumbnails``.
+To refresh what is committed: ``--screenshots docs/screenshots --thumbnails``. ``--skip-behaviour``
+runs steps 1-4 only; ``--skip-browser`` leaves out the browser parts.
 """
 from __future__ import annotations
 
@@ -56,7 +73,7 @@ sys.path.insert(0, str(HERE.parent / "unit"))
 
 from comfy_harness import (  # noqa: E402
     OUR_NODES, PACK_NAME, REPO, WORKFLOWS, ComfyUI, LOAD_AND_INSPECT_JS, browser_page, close_dialogs,
-    comfyui_version, pack_import_problems,
+    comfyui_version, pack_import_problems, save_png,
 )
 
 try:   # the unit tests' description of the templates and core nodes needs the package importable
@@ -66,12 +83,14 @@ except ImportError:            # not pip-installed: import this checkout under t
     (_alias / "vllm_omni_launcher").symlink_to(REPO, target_is_directory=True)
     sys.path.insert(0, str(_alias))
 
+import behaviour_checks as bc  # noqa: E402
 import test_workflows as tw  # noqa: E402
 
 EXPECTED_TEMPLATES = tw.EXPECTED_TEMPLATES
 
-TEMPLATE = "wan22_ti2v_5b_text_to_video"
-TINY = {"width": 64, "height": 64, "frames": 5, "steps": 2}
+TEMPLATE = bc.TI2V_TEMPLATE
+TINY = bc.TINY
+LAUNCHER_DATA = "launcher-data"   # under the work folder: the launcher's logs, state and job storage
 # The stock front end logs errors of its own in an offline sandbox (no internet, no
 # ComfyUI-Manager, a fresh user folder). Those are not ours: an error counts when it is a page
 # error or a console error other than a failed resource, or a failed response for something
@@ -79,17 +98,25 @@ TINY = {"width": 64, "height": 64, "frames": 5, "steps": 2}
 OURS_IN_URL = (f"/workflow_templates/{PACK_NAME}/", "/api/workflow_templates", "/view?", "/object_info")
 
 
-def launcher_env(work: Path) -> dict[str, str]:
-    """The local configuration that points the launcher at the stub server (never the workflow)."""
+def launcher_env(work: Path, step_s: float = 0.05, load_delay_s: float = 0.0) -> dict[str, str]:
+    """The local configuration that points the launcher at the stub server (never the workflow).
+
+    ``step_s`` / ``load_delay_s``: the stub's seconds per denoise step and of weight loading
+    (its ``VLLM_OMNI_STUB_*`` knobs, which reach it through the server's environment). The
+    launcher's logs of that server land in ``<work>/launcher-data/logs`` (``LAUNCHER_DATA``).
+    """
     import stubserver
 
-    return {
+    env = {
         "VLLM_OMNI_LAUNCHER_SERVER_CMD": shlex.join([stubserver.server_python(), stubserver.STUB_SCRIPT]),
-        "VLLM_OMNI_LAUNCHER_DATA_DIR": str(work / "launcher-data"),
+        "VLLM_OMNI_LAUNCHER_DATA_DIR": str(work / LAUNCHER_DATA),
         "VLLM_OMNI_LAUNCHER_CONFIG": str(work / "no-launcher-config.json"),
         "VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB": "24",
-        "VLLM_OMNI_STUB_STEP_S": "0.05",
+        "VLLM_OMNI_STUB_STEP_S": f"{step_s:g}",
     }
+    if load_delay_s:
+        env["VLLM_OMNI_STUB_LOAD_DELAY_S"] = f"{load_delay_s:g}"
+    return env
 
 
 def load_json(path: Path) -> Any:
@@ -203,17 +230,6 @@ def _new_errors(console: list, start: int) -> list:
     return errors
 
 
-def _save_png(page: Any, path: Path) -> int:
-    from PIL import Image
-
-    raw = page.screenshot(type="png")
-    with Image.open(io.BytesIO(raw)) as im:   # a 256-colour palette keeps the PNGs small
-        small = im.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        small.save(path, format="PNG", optimize=True)
-    return path.stat().st_size
-
-
 GRAPH_BOX_JS = """() => {
   const ds = app.canvas.ds, r = app.canvas.canvas.getBoundingClientRect();
   let x0 = 1e9, y0 = 1e9, x1 = -1e9, y1 = -1e9;
@@ -306,7 +322,7 @@ def check_templates_in_browser(comfy: ComfyUI, screenshots: Path, thumbnails: bo
             errors = _new_errors(console, mark)
             assert not errors, f"{name}: console errors while loading: {errors}"
             png = screenshots / f"{name}.png"
-            entry = {"nodes": len(result["nodes"]), "screenshot": str(png), "png_bytes": _save_png(page, png)}
+            entry = {"nodes": len(result["nodes"]), "screenshot": str(png), "png_bytes": save_png(page, png)}
             if thumbnails:
                 entry["thumbnail_bytes"] = _save_thumbnail(png, page.evaluate(GRAPH_BOX_JS), WORKFLOWS / f"{name}.jpg")
             report[name] = entry
@@ -318,7 +334,7 @@ def check_templates_in_browser(comfy: ComfyUI, screenshots: Path, thumbnails: bo
         assert cards == names, f"template browser shows {cards}"
         page.wait_for_timeout(1500)
         report["template_browser"] = {"cards": cards, "screenshot": str(screenshots / "template_browser.png"),
-                                      "png_bytes": _save_png(page, screenshots / "template_browser.png")}
+                                      "png_bytes": save_png(page, screenshots / "template_browser.png")}
         page.locator(f"[data-testid='template-workflow-{TEMPLATE}']").click()
         page.wait_for_function("() => !document.querySelector('.p-dialog')", timeout=30_000)
         page.wait_for_timeout(1000)
@@ -342,39 +358,71 @@ def check_templates_in_browser(comfy: ComfyUI, screenshots: Path, thumbnails: bo
 
 
 # --------------------------------------------------------------------------- main
+def _started(comfy_dir: Path, python: str, work: Path, **stub_knobs: float) -> tuple[ComfyUI, bc.LauncherLogs]:
+    comfy = ComfyUI(comfy_dir, python, launcher_env(work, **stub_knobs))
+    comfy.wait_ready()
+    return comfy, bc.LauncherLogs(work / LAUNCHER_DATA)
+
+
+def _step(report: dict, name: str, value: Any) -> None:
+    report[name] = value
+    print(f"{name} ok:", json.dumps(value), flush=True)
+
+
+def check_behaviour(comfy: ComfyUI, logs: bc.LauncherLogs, report: dict) -> None:
+    """5. Caching: the same graph twice -> 1 job; a new seed -> 1 more job, same server process;
+    the remote template the same against a stub started here."""
+    _step(report, "same_graph_twice", bc.check_same_graph_twice(comfy, logs.jobs, bc.ti2v_prompt(seed=1001)))
+    _step(report, "changed_seed", bc.check_changed_seed(comfy, logs.jobs, bc.ti2v_prompt(seed=2002),
+                                                       bc.ti2v_prompt(seed=2003), server_pids=logs.server_pids))
+    _step(report, "remote", bc.check_remote_requeue(comfy))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--comfyui-dir", default=os.environ.get("COMFYUI_DIR"))
     ap.add_argument("--python", default=os.environ.get("COMFYUI_PYTHON", sys.executable),
                     help="the python of ComfyUI's environment (default: this one)")
     ap.add_argument("--screenshots", type=Path, default=None,
-                    help="folder for the template screenshots (default: a temporary folder)")
+                    help="folder for the screenshots (default: a temporary folder)")
     ap.add_argument("--thumbnails", action="store_true", help="also write workflows/<name>.jpg thumbnails")
     ap.add_argument("--keep-video", type=Path, default=None, help="copy the generated MP4 here")
     ap.add_argument("--skip-browser", action="store_true")
+    ap.add_argument("--skip-behaviour", action="store_true", help="only steps 1-4")
     args = ap.parse_args()
     if not args.comfyui_dir:
         ap.error("set COMFYUI_DIR (a ComfyUI checkout with its requirements installed in --python)")
     comfy_dir = Path(args.comfyui_dir).expanduser().resolve()
     work = Path(tempfile.mkdtemp(prefix="vllm-omni-comfyui-check-"))
+    shots = args.screenshots or (work / "screenshots")
     report: dict[str, Any] = {"comfyui": comfyui_version(comfy_dir), "comfyui_dir": str(comfy_dir)}
-    comfy = ComfyUI(comfy_dir, args.python, launcher_env(work))
+    started: list[ComfyUI] = []
     try:
-        comfy.wait_ready()
-        report["registration"] = check_registration(comfy)
-        print("registration ok:", json.dumps(report["registration"]), flush=True)
-        report["generate"] = check_generate(comfy, keep_video=args.keep_video)
-        print("generate ok:", json.dumps(report["generate"]), flush=True)
+        comfy, logs = _started(comfy_dir, args.python, work / "fast", step_s=bc.STEP_S)
+        started.append(comfy)
+        _step(report, "registration", check_registration(comfy))
+        _step(report, "generate", check_generate(comfy, keep_video=args.keep_video))
+        if not args.skip_behaviour:
+            check_behaviour(comfy, logs, report)
         if not args.skip_browser:
-            shots = args.screenshots or (work / "screenshots")
-            report["browser"] = check_templates_in_browser(comfy, shots, thumbnails=args.thumbnails)
-            print("browser ok:", json.dumps(report["browser"]), flush=True)
+            _step(report, "browser", check_templates_in_browser(comfy, shots, thumbnails=args.thumbnails))
+            if not args.skip_behaviour:
+                _step(report, "node_text", bc.check_text_nodes_in_browser(comfy))
+                _step(report, "mid_denoise", bc.screenshot_mid_denoise(comfy, shots / bc.MID_DENOISE_PNG))
+        if not args.skip_behaviour:   # 6. Cancel during a launch, with a stub that loads for minutes
+            slow, slow_logs = _started(comfy_dir, args.python, work / "slow", load_delay_s=bc.LOAD_DELAY_S)
+            started.append(slow)
+            _step(report, "interrupt_launch", bc.check_interrupt_during_launch(slow, slow_logs, seed=6006))
+            if not args.skip_browser:
+                _step(report, "mid_launch", bc.screenshot_mid_launch(slow, slow_logs, shots / bc.MID_LAUNCH_PNG))
     except BaseException:
-        print(f"ComfyUI log ({comfy.log_path}):\n{comfy.log()[-8000:]}", file=sys.stderr)
+        for comfy in started:
+            print(f"ComfyUI log ({comfy.log_path}):\n{comfy.log()[-8000:]}", file=sys.stderr)
         raise
     finally:
-        comfy.stop()
-        comfy.cleanup()
+        for comfy in started:
+            comfy.stop()
+            comfy.cleanup()
         shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(report, indent=2))
     return 0

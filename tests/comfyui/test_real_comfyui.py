@@ -1,14 +1,20 @@
-"""The pack inside a real ComfyUI (tests/comfyui/run_real_comfyui.py), as pytest tests.
+"""The pack inside a real ComfyUI, as pytest tests (run_real_comfyui.py, behaviour_checks.py).
 
 These run only when COMFYUI_DIR names a ComfyUI checkout (CI has none; they are skipped
 with that reason). ComfyUI runs under COMFYUI_PYTHON (default: this python), which needs
-ComfyUI's requirements and ours; the browser test needs the `playwright` package and a
+ComfyUI's requirements and ours; the browser tests need the `playwright` package and a
 system Chromium (CHROMIUM or chromium on PATH). The stub server python comes from
-VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON, as for the other stub tests.
+VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON, as for the other stub tests. Screenshots go to a
+temporary folder, or to COMFYUI_SCREENSHOTS (e.g. docs/screenshots) when set.
+
+Two ComfyUI processes: one whose stub server starts quickly (0.5 s per denoise step) for
+the runs, caching and the front end; one whose stub spends minutes loading weights, for
+Cancel during a launch.
 """
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -21,24 +27,51 @@ sys.path.insert(0, str(HERE))
 
 COMFYUI_DIR = os.environ.get("COMFYUI_DIR", "").strip()
 if not COMFYUI_DIR:
-    pytest.skip("COMFYUI_DIR is not set: the real-ComfyUI tests need a ComfyUI checkout "
-                "(e.g. COMFYUI_DIR=/path/to/ComfyUI; see tests/comfyui/run_real_comfyui.py)",
-                allow_module_level=True)
+    pytest.skip("COMFYUI_DIR is not set: the real-ComfyUI tests need a ComfyUI checkout with its requirements "
+                "in this python (e.g. COMFYUI_DIR=/path/to/ComfyUI python -m pytest tests/comfyui; "
+                "see tests/comfyui/run_real_comfyui.py)", allow_module_level=True)
 
+import behaviour_checks as bc  # noqa: E402
 import run_real_comfyui as real  # noqa: E402
 from comfy_harness import ComfyUI  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def comfy() -> Iterator[ComfyUI]:
-    work = Path(tempfile.mkdtemp(prefix="vllm-omni-comfyui-test-"))
-    server = ComfyUI(Path(COMFYUI_DIR), os.environ.get("COMFYUI_PYTHON", sys.executable), real.launcher_env(work))
+def _comfyui(work: Path, **stub_knobs: float) -> Iterator[tuple[ComfyUI, bc.LauncherLogs]]:
+    server = ComfyUI(Path(COMFYUI_DIR), os.environ.get("COMFYUI_PYTHON", sys.executable),
+                     real.launcher_env(work, **stub_knobs))
     try:
         server.wait_ready()
-        yield server
+        yield server, bc.LauncherLogs(work / real.LAUNCHER_DATA)
     finally:
         server.stop()
         server.cleanup()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def comfy_and_logs() -> Iterator[tuple[ComfyUI, bc.LauncherLogs]]:
+    yield from _comfyui(Path(tempfile.mkdtemp(prefix="vllm-omni-comfyui-test-")), step_s=bc.STEP_S)
+
+
+@pytest.fixture(scope="module")
+def comfy(comfy_and_logs) -> ComfyUI:
+    return comfy_and_logs[0]
+
+
+@pytest.fixture(scope="module")
+def logs(comfy_and_logs) -> bc.LauncherLogs:
+    return comfy_and_logs[1]
+
+
+@pytest.fixture(scope="module")
+def slow_launch() -> Iterator[tuple[ComfyUI, bc.LauncherLogs]]:
+    yield from _comfyui(Path(tempfile.mkdtemp(prefix="vllm-omni-comfyui-slow-")), load_delay_s=bc.LOAD_DELAY_S)
+
+
+@pytest.fixture(scope="module")
+def screenshots(tmp_path_factory) -> Path:
+    chosen = os.environ.get("COMFYUI_SCREENSHOTS", "").strip()
+    return Path(chosen).resolve() if chosen else tmp_path_factory.mktemp("screenshots")
 
 
 def test_comfyui_registers_our_8_nodes_without_import_failure(comfy):
@@ -51,6 +84,44 @@ def test_ti2v_text_to_video_template_makes_a_video_in_comfyuis_output_folder(com
     assert report["frames"] == real.TINY["frames"] and report["bytes"] > 0
 
 
+def test_the_same_local_graph_queued_twice_sends_one_job(comfy, logs):
+    report = bc.check_same_graph_twice(comfy, logs.jobs, bc.ti2v_prompt(seed=1001))
+    assert report["jobs"] == 1
+
+
+def test_a_changed_seed_sends_one_more_job_to_the_same_server_process(comfy, logs):
+    report = bc.check_changed_seed(comfy, logs.jobs, bc.ti2v_prompt(seed=2002), bc.ti2v_prompt(seed=2003),
+                                   server_pids=logs.server_pids)
+    assert report["jobs_for_both"] == 2
+
+
+def test_the_same_remote_graph_queued_twice_sends_one_job_and_a_new_seed_one_more(comfy):
+    report = bc.check_remote_requeue(comfy)
+    assert report["same_graph_twice"]["jobs"] == 1 and report["changed_seed"]["jobs_for_both"] == 2
+
+
+def test_doctor_and_server_status_reports_appear_on_their_nodes_in_the_browser(comfy):
+    report = bc.check_text_nodes_in_browser(comfy)
+    assert bc.DOCTOR_DONE.search(report["doctor_text"])
+
+
 def test_every_template_loads_in_the_browser_without_missing_nodes_or_errors(comfy, tmp_path):
     report = real.check_templates_in_browser(comfy, tmp_path / "screenshots")
     assert report["template_browser"]["cards"] == sorted(real.EXPECTED_TEMPLATES)
+
+
+def test_generate_shows_its_denoise_step_and_progress_in_the_browser(comfy, screenshots):
+    report = bc.screenshot_mid_denoise(comfy, screenshots / bc.MID_DENOISE_PNG)
+    assert bc.STEP_TEXT.search(report["text"])
+
+
+def test_interrupt_during_a_local_server_launch_ends_the_prompt_and_the_server(slow_launch):
+    comfy, logs = slow_launch
+    report = bc.check_interrupt_during_launch(comfy, logs, seed=6006)
+    assert report["prompt_ended_s"] < bc.CANCEL_BOUND_S
+
+
+def test_local_server_shows_status_and_progress_in_the_browser_while_it_launches(slow_launch, screenshots):
+    comfy, logs = slow_launch
+    report = bc.screenshot_mid_launch(comfy, logs, screenshots / bc.MID_LAUNCH_PNG)
+    assert report["text"] and report["progress"]

@@ -80,6 +80,17 @@ Fault knobs (environment, read at start)
 ``VLLM_OMNI_STUB_FAULT_GRACE_S``  delay between job N completing and the crash / hang
                                   (default 1.0), so a poller sees it completed.
 ``VLLM_OMNI_STUB_DEVICE_COUNT``   GPUs when ``CUDA_VISIBLE_DEVICES`` is unset (default 1).
+``VLLM_OMNI_STUB_JOBS_FILE=PATH`` one line ``POST /v1/videos <status>`` appended per
+                                  job request the API answered (status 200: accepted),
+                                  taken from uvicorn's access log records; count the
+                                  ``200`` lines for the jobs a client sent.
+
+Per-request knob (so one shared stub serves many tests)
+-------------------------------------------------------
+Through upstream's own per-request channel, the ``extra_params`` form field (a JSON
+object that the API merges into the request's ``sampling_params.extra_args``, as it does
+for any model-specific parameter): ``extra_params={"stub_oom": true}`` makes that job
+raise the CUDA OOM mid-denoise, exactly like ``VLLM_OMNI_STUB_OOM_IN_JOB`` does for job N.
 
 The process writes ``STUB_PID=<pid>`` to stderr first.  Unless
 ``VLLM_OMNI_SERVER_STORAGE__PATH`` (or the deprecated ``VLLM_OMNI_STORAGE_PATH``) is set,
@@ -711,7 +722,9 @@ class StubGpuExecutor(DiffusionExecutor):
         bar_owner = ProgressBarMixin()
         bar_owner.set_progress_bar_config(file=self.log.raw_stderr())
         stall_at = min(1, steps - 1) if KNOBS.hang_in_job and job is not None else None
-        oom_at = steps // 2 if (job is not None and KNOBS.oom_in_job == job) else None
+        per_request = getattr(sp, "extra_args", None) or {}   # the request's extra_params
+        oom_at = steps // 2 if job is not None and (KNOBS.oom_in_job == job or per_request.get("stub_oom")) \
+            else None
         with bar_owner.progress_bar(total=steps) as pbar:
             for step in range(steps):
                 if stall_at is not None and step == stall_at:
@@ -745,7 +758,31 @@ class StubGpuExecutor(DiffusionExecutor):
 upstream.install_executor(StubGpuExecutor)
 
 
+class JobCounter(logging.Filter):
+    """Appends ``POST /v1/videos <status>`` to a file for each job request the API answered.
+
+    A filter on uvicorn's access logger sees every record that logger makes (method, path
+    and status are its arguments) and lets each one through unchanged, so the server's own
+    output stays exactly upstream's.
+    """
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.path = path
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) == 5 and args[1] == "POST" \
+                and str(args[2]).split("?", 1)[0] == "/v1/videos":
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(f"POST /v1/videos {args[4]}\n")
+        return True
+
+
 def main() -> int:
+    jobs_file = os.environ.get("VLLM_OMNI_STUB_JOBS_FILE", "").strip()
+    if jobs_file:
+        logging.getLogger("uvicorn.access").addFilter(JobCounter(jobs_file))
     sys.argv = ["vllm", *ARGV]
     result = vllm_main()
     return result if isinstance(result, int) else 0

@@ -21,8 +21,10 @@ Typical use::
 --port P [flags]`` in its own process group (new session), with stdout and stderr going to
 one log file (``2>&1``: upstream's logger writes to stdout, tqdm and tracebacks to stderr),
 and kills the whole group when the ``with`` block ends.  Startup takes as long as
-importing vllm + vllm-omni (tens of seconds on a small CI machine): reuse one stub per
-test module where possible.
+importing vllm + vllm-omni (tens of seconds on a small CI machine), so tests that do not
+need a fresh process share one: :class:`StubPool` starts named configurations on first
+use and keeps them for every later user (``tests/contract/conftest.py`` holds the
+session's pool), and :class:`Resolver` keeps one resolver process for all batches.
 """
 from __future__ import annotations
 
@@ -30,13 +32,16 @@ import contextlib
 import json
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping
 
@@ -148,12 +153,13 @@ class StubServer:
         """Wait for the process to exit by itself; returns its exit code."""
         return self.proc.wait(timeout=timeout)
 
-    def wait_for_text(self, needle: str, timeout: float = 300.0) -> str:
-        """Wait until ``needle`` appears in the (ANSI-stripped) output; returns the output."""
+    def wait_for_text(self, needle: str, timeout: float = 300.0, since: int = 0) -> str:
+        """Wait until ``needle`` appears in the (ANSI-stripped) output from offset ``since``
+        on (a shared stub's log holds earlier tests' lines too); returns the whole output."""
         deadline = time.monotonic() + timeout
         while True:
             text = self.output_text()
-            if needle in text:
+            if needle in text[since:]:
                 return text
             if not self.alive() or time.monotonic() > deadline:
                 raise AssertionError(f"{needle!r} not in stub output (alive={self.alive()}); "
@@ -161,12 +167,17 @@ class StubServer:
             time.sleep(0.1)
 
     # -- teardown ----------------------------------------------------------------------
+    def terminate_group(self) -> None:
+        """SIGTERM the process group (the stub is the leader of its own session) if it runs."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+
     def kill_group(self, grace: float = 5.0) -> None:
         """SIGTERM the process group, wait ``grace`` seconds, then SIGKILL the group."""
         pgid = self.proc.pid  # leader of its own session/group (start_new_session=True)
         if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGTERM)
+            self.terminate_group()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=grace)
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -247,10 +258,133 @@ def run_stub(
                     os.unlink(path)
 
 
-def resolve(cases: list[dict], timeout: float = 900.0) -> list[dict]:
-    """Run ``upstream_resolve.py`` on ``cases`` (see its docstring) and return its results."""
-    proc = subprocess.run([server_python(), RESOLVE_SCRIPT], input=json.dumps(cases), capture_output=True,
-                          text=True, timeout=timeout)
-    if proc.returncode != 0:
-        raise RuntimeError(f"upstream_resolve.py failed ({proc.returncode}):\n{proc.stderr[-6000:]}")
-    return json.loads(proc.stdout)
+@dataclass(frozen=True)
+class StubConfig:
+    """How to start one shared stub (the arguments of :func:`run_stub`)."""
+
+    model: str
+    env: Mapping[str, str] = field(default_factory=dict)
+    flags: tuple[str, ...] = ()
+    separate_stderr: bool = False
+
+
+class StubPool:
+    """Named stub servers shared by many tests: each starts on first use and stays up.
+
+    A test takes a shared stub only where its requests leave the server as it found it
+    (any job it starts ends or is deleted); one that needs the process itself (its exit,
+    a crash, a hang) starts its own with :func:`run_stub`, or ends a shared one through
+    :meth:`retire`, after which the next :meth:`get` starts a fresh one.  Thread-safe:
+    ``get`` only holds the lock while it spawns, so stubs asked for together start
+    together.
+    """
+
+    def __init__(self, configs: Mapping[str, StubConfig], health_timeout: float = 900.0) -> None:
+        self.configs = dict(configs)
+        self.health_timeout = health_timeout
+        self._lock = threading.Lock()
+        self._running: dict[str, tuple[StubServer, contextlib.ExitStack]] = {}
+
+    def get(self, *names: str) -> list[StubServer]:
+        """The healthy stubs of ``names`` (in that order), starting those not running yet."""
+        with self._lock:
+            for name in names:
+                if name not in self._running:
+                    cfg = self.configs[name]
+                    stack = contextlib.ExitStack()
+                    server = stack.enter_context(run_stub(cfg.model, flags=cfg.flags, env=cfg.env,
+                                                          separate_stderr=cfg.separate_stderr))
+                    self._running[name] = (server, stack)
+            servers = [self._running[name][0] for name in names]
+        for name, server in zip(names, servers):
+            if server.proc.poll() is not None:
+                # never restarted silently: a shared stub that died took other tests' state with it
+                raise RuntimeError(f"shared stub {name!r} exited with code {server.proc.returncode}; "
+                                   f"log tail:\n{server.output_text()[-6000:]}")
+            server.wait_healthy(self.health_timeout)
+        return servers
+
+    @contextlib.contextmanager
+    def retire(self, name: str) -> Iterator[StubServer]:
+        """Take stub ``name`` out of the pool (started if need be) for a test that ends it;
+        its process group is killed and its log removed when the block exits."""
+        server = self.get(name)[0]
+        with self._lock:
+            _, stack = self._running.pop(name)
+        with stack:
+            yield server
+
+    def close(self) -> None:
+        """End every stub of the pool: SIGTERM to all process groups at once, so their
+        shutdowns overlap, then each one's :meth:`StubServer.kill_group`."""
+        with self._lock:
+            running, self._running = self._running, {}
+        for server, _ in running.values():
+            server.terminate_group()
+        for _, stack in running.values():
+            stack.close()
+
+
+class Resolver:
+    """One long-lived ``upstream_resolve.py --serve`` process: vLLM is imported once, not per batch.
+
+    ``with Resolver() as r: r.resolve(cases)``; the process starts on the first batch and
+    ends with the block (or :meth:`close`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> "Resolver":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def resolve(self, cases: list[dict], timeout: float = 900.0) -> list[dict]:
+        """What the real vLLM-Omni resolves for ``cases`` (see ``upstream_resolve.py``), one result per case."""
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                self._proc = subprocess.Popen([server_python(), RESOLVE_SCRIPT, "--serve"], stdin=subprocess.PIPE,
+                                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                              start_new_session=True)
+            proc = self._proc
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(json.dumps(cases).encode() + b"\n")
+            proc.stdin.flush()
+            line = b""
+            deadline = time.monotonic() + timeout
+            while not line.endswith(b"\n"):
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([proc.stdout], [], [], left)[0]:
+                    self._kill()
+                    raise TimeoutError(f"upstream_resolve.py gave no answer within {timeout:.0f} s")
+                chunk = os.read(proc.stdout.fileno(), 1 << 20)
+                if not chunk:
+                    code = proc.wait(timeout=30)
+                    self._proc = None
+                    raise RuntimeError(f"upstream_resolve.py exited ({code}) before answering "
+                                       "(run it by hand with --verbose to see why)")
+                line += chunk
+            return json.loads(line)
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            self._proc.wait(timeout=30)
+            self._proc = None
+
+    def close(self) -> None:
+        """End the resolver: it exits when its stdin closes."""
+        with self._lock:
+            if self._proc is None:
+                return
+            assert self._proc.stdin is not None
+            with contextlib.suppress(OSError):
+                self._proc.stdin.close()
+            try:
+                self._proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._kill()
+            self._proc = None

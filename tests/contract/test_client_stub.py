@@ -1,15 +1,16 @@
 """VideoClient against the stub server: the real vLLM-Omni 0.30 HTTP layer, fake engine.
 
 The stub's frames are frame_code.encode(i, seed, w, h), so a decoded clip proves the frame
-count, size, order and seed end to end. Knobs (env): VLLM_OMNI_STUB_STEP_S (seconds per
-denoise step), VLLM_OMNI_STUB_OOM_IN_JOB=N, VLLM_OMNI_STUB_CRASH_AFTER_JOBS=N,
-VLLM_API_KEY turns on auth.
+count, size, order and seed end to end. Knobs: VLLM_OMNI_STUB_STEP_S (seconds per denoise
+step), VLLM_OMNI_STUB_CRASH_AFTER_JOBS=N, VLLM_API_KEY turns on auth (environment), and
+extra_params {"stub_oom": true} (one job runs out of GPU memory).
 
-Servers are shared per module where the cases do not interfere (each start costs seconds).
+The servers are the session's shared stubs (shared_stubs.py: each start costs a vLLM
+import) except the one this module crashes on purpose.
 """
 from __future__ import annotations
 
-import contextlib
+import json
 import time
 from typing import Any, Iterator
 
@@ -18,52 +19,41 @@ import pytest
 
 import frame_code
 import stubserver
+from shared_stubs import I2V, I2V_SPLIT, KEY, T2V, T2V_KEYED, TI2V, TI2V_OFFLOAD
 
 from vllm_omni_launcher.client.api import GenerationCancelled, JobUpdate, VideoClient, VideoRequest
 from vllm_omni_launcher.client.frames import image_to_png
 from vllm_omni_launcher.errors import LauncherError
 
-T2V = "Wan-AI/Wan2.2-T2V-A14B-Diffusers"
-I2V = "Wan-AI/Wan2.2-I2V-A14B-Diffusers"
-TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
-KEY = "stub-key-5f1e9c"
 HEALTH_TIMEOUT = 900.0   # several stubs start at once; a shared 2-core CI box is slow
 W, H = 256, 128          # multiples of 32: valid for every family, frame_code blocks survive yuv420p
 
 
-STUBS = {  # name: (model, env). All start together once per module (startup is the slow part).
-    "ti2v": (TI2V, {"VLLM_OMNI_STUB_STEP_S": "0.01"}),
-    "i2v": (I2V, {"VLLM_OMNI_STUB_STEP_S": "0.01"}),
-    # keyed, slow steps, one job at a time: a second job stays queued
-    "t2v_keyed": (T2V, {"VLLM_API_KEY": KEY, "VLLM_OMNI_STUB_STEP_S": "0.05"}),
-    "oom": (TI2V, {"VLLM_OMNI_STUB_OOM_IN_JOB": "1", "VLLM_OMNI_STUB_STEP_S": "0.01"}),
-    "crash": (T2V, {"VLLM_OMNI_STUB_CRASH_AFTER_JOBS": "1", "VLLM_OMNI_STUB_STEP_S": "0.05"}),
-}
+CRASH_ENV = {"VLLM_OMNI_STUB_CRASH_AFTER_JOBS": "1", "VLLM_OMNI_STUB_STEP_S": "0.05"}
 
 
 @pytest.fixture(scope="module")
-def stubs() -> Iterator[dict[str, Any]]:
-    with contextlib.ExitStack() as stack:
-        handles = {name: stack.enter_context(stubserver.run_stub(model, env=env))
-                   for name, (model, env) in STUBS.items()}
-        for handle in handles.values():
-            handle.wait_healthy(HEALTH_TIMEOUT)
-        yield handles
+def stubs(stub_pool: stubserver.StubPool) -> Iterator[dict[str, Any]]:
+    """The shared stubs, and this module's own one that crashes; all start together."""
+    with stubserver.run_stub(T2V, env=CRASH_ENV) as crash:
+        shared = dict(zip((TI2V_OFFLOAD, I2V_SPLIT, T2V_KEYED), stub_pool.get(TI2V_OFFLOAD, I2V_SPLIT, T2V_KEYED)))
+        crash.wait_healthy(HEALTH_TIMEOUT)
+        yield {**shared, "crash": crash}
 
 
 @pytest.fixture
 def ti2v(stubs: dict[str, Any]) -> Any:
-    return stubs["ti2v"]
+    return stubs[TI2V_OFFLOAD]
 
 
 @pytest.fixture
 def i2v(stubs: dict[str, Any]) -> Any:
-    return stubs["i2v"]
+    return stubs[I2V_SPLIT]
 
 
 @pytest.fixture
 def t2v_keyed(stubs: dict[str, Any]) -> Any:
-    return stubs["t2v_keyed"]
+    return stubs[T2V_KEYED]
 
 
 def request(seed: int, frames: int = 9, **kw: Any) -> VideoRequest:
@@ -242,10 +232,10 @@ def test_cancel_while_queued_deletes_the_job(t2v_keyed):
 # ----------------------------------------------------------------------------- failures
 
 
-def test_oom_in_job_explains_the_fix(stubs):
-    client = VideoClient(stubs["oom"].url)
+def test_oom_in_job_explains_the_fix(ti2v):
+    client = VideoClient(ti2v.url)
     with pytest.raises(LauncherError) as info:
-        client.generate(request(seed=1))
+        client.generate(request(seed=1, extra={"extra_params": json.dumps({"stub_oom": True})}))
     err = info.value
     assert "ran out of memory" in err.what
     for word in ("width/height", "frames", "VAE tiling", "CPU offload", "parallel", "auto"):

@@ -9,9 +9,8 @@ import sys
 import numpy as np
 
 import frame_code
-from stubserver import STUB_SCRIPT, run_stub, server_python
-
-TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
+from shared_stubs import KEY, T2V_KEYED, TI2V
+from stubserver import STUB_SCRIPT, server_python
 
 
 def _cli(*args: str, env: dict) -> subprocess.CompletedProcess:
@@ -19,15 +18,14 @@ def _cli(*args: str, env: dict) -> subprocess.CompletedProcess:
                           text=True, env={**os.environ, **env}, timeout=900)
 
 
-def test_generate_with_url_writes_mp4_npy_and_report(tmp_path):
-    with run_stub(TI2V, env={"VLLM_API_KEY": "k-123"}) as stub:
-        stub.wait_healthy(600)
-        out = _cli("--url", stub.url, "--prompt", "a fox", "--width", "64", "--height", "64", "--frames", "5",
-                   "--fps", "10", "--steps", "2", "--seed", "3", "--out", str(tmp_path / "clip.mp4"),
-                   "--frames-npy", str(tmp_path / "f.npy"), "--report-json", str(tmp_path / "r.json"),
-                   env={"VLLM_OMNI_LAUNCHER_REMOTE_API_KEY": "k-123"})
+def test_generate_with_url_writes_mp4_npy_and_report(tmp_path, stub_pool):
+    stub, = stub_pool.get(T2V_KEYED)          # keyed: the key comes from the local config (env here)
+    out = _cli("--url", stub.url, "--prompt", "a fox", "--width", "64", "--height", "64", "--frames", "5",
+               "--fps", "10", "--steps", "2", "--seed", "3", "--out", str(tmp_path / "clip.mp4"),
+               "--frames-npy", str(tmp_path / "f.npy"), "--report-json", str(tmp_path / "r.json"),
+               env={"VLLM_OMNI_LAUNCHER_REMOTE_URL": stub.url, "VLLM_OMNI_LAUNCHER_REMOTE_API_KEY": KEY})
     assert out.returncode == 0, out.stderr
-    assert "k-123" not in out.stdout + out.stderr
+    assert KEY not in out.stdout + out.stderr
     frames = np.load(tmp_path / "f.npy")
     assert frames.shape == (5, 64, 64, 3) and frames.dtype == np.float32
     assert [frame_code.decode(f) for f in frames] == [(i, 3) for i in range(5)]
@@ -49,4 +47,4 @@ def test_generate_starting_the_server_through_the_supervisor(tmp_path):
 def test_generate_reports_a_bad_frame_count_before_starting_anything(tmp_path):
     out = _cli("--url", "http://127.0.0.1:9", "--family", "ti2v_5b", "--prompt", "x", "--frames", "10",
                env={})
-    assert out.returncode == 2 and "set frames to 9" in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == 1 and "set frames to 9" in out.stderr and "Traceback" not in out.stderr

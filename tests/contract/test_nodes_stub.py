@@ -18,7 +18,7 @@ from stubserver import STUB_SCRIPT, server_python
 from vllm_omni_launcher import NODE_CLASS_MAPPINGS
 from vllm_omni_launcher.errors import LauncherError
 from vllm_omni_launcher.nodes.handles import ServerHandle
-from vllm_omni_launcher.server import supervisor
+from vllm_omni_launcher.server import registry as supervisor
 
 TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
 
@@ -57,6 +57,30 @@ class _Env:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def _fresh_launcher(tmp_path, monkeypatch, **stub_env: str) -> None:
+    """No server of ours running, the stub as the server program, and these environment values."""
+    supervisor.stop_all()
+    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_SERVER_CMD", f"{server_python()} {STUB_SCRIPT}")
+    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_DATA_DIR", str(tmp_path))
+    for key, value in stub_env.items():
+        monkeypatch.setenv(key, value)
+
+
+def _in_thread(work) -> tuple[threading.Thread, dict]:
+    """Run a node call in a worker thread (as ComfyUI does); result["exc"] is what it raised."""
+    result: dict = {}
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+            result["exc"] = exc
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    return worker, result
 
 
 @pytest.fixture(scope="module")
@@ -121,48 +145,112 @@ def test_remote_server_with_key_from_local_config(local, monkeypatch):
     handle, comfy = local
     sup = supervisor.find(handle.server_id)
     remote_node = NODE_CLASS_MAPPINGS["VLLMOmniRemoteServer"]()
-    monkeypatch.delenv("VLLM_OMNI_LAUNCHER_REMOTE_API_KEY", raising=False)
-    with pytest.raises(LauncherError) as err:
+    with pytest.raises(LauncherError) as err:                 # no key configured for this origin
         remote_node.connect(handle.url, "ti2v_5b")
-    assert "VLLM_OMNI_LAUNCHER_REMOTE_API_KEY" in str(err.value)
+    assert "requires an API key" in err.value.what
+    # The operator names the server and its key (the environment's pair is the server "env").
+    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_REMOTE_URL", handle.url)
     monkeypatch.setenv("VLLM_OMNI_LAUNCHER_REMOTE_API_KEY", sup.api_key)
-    remote = remote_node.connect(handle.url + "/v1", "ti2v_5b")[0]
+    by_url = remote_node.connect(handle.url + "/v1", "ti2v_5b")[0]
+    remote = remote_node.connect("", "ti2v_5b", "env")[0]
+    assert by_url.url == remote.url == handle.url and remote.remote_name == "env"
     assert remote.kind == "remote" and remote.served_name == TI2V and sup.api_key not in repr(remote)
+    comfy.texts.clear()
     image, fps, _ = _generate(remote, seed=7, frames=5)
     assert [frame_code.decode(f)[1] for f in image.numpy()] == [7] * 5
-    texts = [t for t, _ in comfy.texts]
-    assert any("first job on this server" in t or "estimated" in t or "Queued" in t for t in texts)
+    texts = [t for t, node in comfy.texts if node == "gen"]
+    assert texts[0] == "Checking the request" and texts[-1].startswith("Done: 5 frames 64x64")
+    assert any(t.startswith("Running ") and "no estimate yet" in t for t in texts)
+    comfy.texts.clear()
+    _generate(remote, seed=8, frames=5)                       # the second job has an estimate
+    assert any("estimated from earlier jobs" in t or "longer than the" in t for t, _ in comfy.texts)
+
+
+def test_a_failure_replaces_the_last_runs_done_text(local):
+    handle, comfy = local
+    _generate(handle, frames=5)
+    assert comfy.texts[-1][0].startswith("Done: ")
+    with pytest.raises(LauncherError):
+        _generate(handle, frames=10)
+    assert comfy.texts[-1] == ("Failed: frames 10 is not valid for Wan2.2", "gen")
+
+
+def test_cancel_of_a_remote_job_explains_what_the_server_still_does(local, monkeypatch):
+    handle, comfy = local
+    sup = supervisor.find(handle.server_id)
+    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_REMOTE_URL", handle.url)
+    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_REMOTE_API_KEY", sup.api_key)
+    remote = NODE_CLASS_MAPPINGS["VLLMOmniRemoteServer"]().connect("", "ti2v_5b", "env")[0]
+    comfy.texts.clear()
+    worker, result = _in_thread(lambda: _generate(remote, steps=30, frames=5))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(t.startswith("Running") for t, _ in comfy.texts):
+        time.sleep(0.05)
+    comfy.interrupt.set()
+    worker.join(30)
+    assert isinstance(result.get("exc"), InterruptProcessingException)
+    assert comfy.texts[-1][0].startswith("Cancelled and deleted on the remote server")
+    assert not comfy.interrupt.is_set()                      # ComfyUI's flag was consumed by the node
+    sup.wait_ready(timeout=60)
+
+
+def test_generate_starts_a_stopped_local_server_again_without_rerunning_local_server(local):
+    """Keep-alive or Stop Server ended the process; the cached Local Server handle still works:
+    Generate Video finds no live server for its fingerprint and starts it again."""
+    handle, comfy = local
+    before = supervisor.find(handle.server_id)
+    assert supervisor.stop(handle.server_id) and not before.alive()
+    comfy.texts.clear()
+    image, _, _ = _generate(handle, frames=5, seed=9)
+    assert [frame_code.decode(f)[1] for f in image.numpy()] == [9] * 5
+    texts = [t for t, node in comfy.texts if node == "gen"]
+    assert any("starting it again" in t for t in texts) and texts[-1].startswith("Done: ")
+    again = supervisor.find(handle.server_id)
+    assert again is not None and again.ready()
 
 
 def test_status_node_reports_the_server(local):
-    handle, _ = local
-    out = NODE_CLASS_MAPPINGS["VLLMOmniServerStatus"]().report(server=handle)
-    assert handle.url in out["result"][0] and "GPUs all visible" in out["result"][0]
+    handle, comfy = local
+    live = supervisor.find(handle.server_id)          # after the restart above: a new port, same handle
+    out = NODE_CLASS_MAPPINGS["VLLMOmniServerStatus"]().report(server=handle, unique_id="status")
+    assert live.url in out["result"][0] and "GPUs all visible" in out["result"][0]
+    assert comfy.texts[-1] == (out["result"][0], "status")
+
+
+def test_cancel_while_local_server_starts_ends_the_launch_at_once(tmp_path, monkeypatch):
+    """Cancel 3 s into a launch (the stub 'loads weights' for 120 s): the node ends as interrupted
+    within a few seconds, says so, and leaves no server process."""
+    _fresh_launcher(tmp_path, monkeypatch, VLLM_OMNI_STUB_LOAD_DELAY_S="120")
+    with ComfyStandIn() as comfy:
+        model = NODE_CLASS_MAPPINGS["VLLMOmniLoadModel"]().load(TI2V)[0]
+        worker, result = _in_thread(
+            lambda: NODE_CLASS_MAPPINGS["VLLMOmniLocalServer"]().start(model, _serving(), unique_id="srv"))
+        try:
+            time.sleep(3.0)
+            cancelled_at = time.monotonic()
+            comfy.interrupt.set()
+            worker.join(30)
+            took = time.monotonic() - cancelled_at
+            assert isinstance(result.get("exc"), InterruptProcessingException), result
+            assert took < 6.0, f"the launch ended {took:.1f} s after Cancel"
+            assert comfy.texts[-1] == ("Cancelled while starting: the server and all its processes were stopped",
+                                       "srv")
+            assert not any(s.alive() for s in supervisor.all_servers())
+        finally:
+            supervisor.stop_all()
 
 
 def test_cancel_deletes_the_job_and_restarts_a_server_still_busy(tmp_path, monkeypatch):
     """Cancel while running: DELETE at once, node ends as interrupted; the stub (like upstream)
     keeps denoising, so the supervisor's hard cancel restarts the server to free the GPU."""
-    supervisor.stop_all()
-    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_SERVER_CMD", f"{server_python()} {STUB_SCRIPT}")
-    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_DATA_DIR", str(tmp_path))
-    monkeypatch.setenv("VLLM_OMNI_STUB_HANG_IN_JOB", "1")
+    _fresh_launcher(tmp_path, monkeypatch, VLLM_OMNI_STUB_HANG_IN_JOB="1")
     with ComfyStandIn() as comfy:
         model = NODE_CLASS_MAPPINGS["VLLMOmniLoadModel"]().load(TI2V)[0]
         handle = NODE_CLASS_MAPPINGS["VLLMOmniLocalServer"]().start(model, _serving(), unique_id="srv")[0]
         sup = supervisor.find(handle.server_id)
         try:
             generation = sup.generation
-            result: dict = {}
-
-            def run() -> None:
-                try:
-                    _generate(handle, steps=20)
-                except BaseException as exc:  # noqa: BLE001 - the test inspects it
-                    result["exc"] = exc
-
-            worker = threading.Thread(target=run)
-            worker.start()
+            worker, result = _in_thread(lambda: _generate(handle, steps=20))
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline and not any(t.startswith("Step") for t, _ in comfy.texts):
                 time.sleep(0.05)
@@ -187,11 +275,8 @@ def test_auto_serving_falls_back_down_the_planner_ladder_on_oom(tmp_path, monkey
     """Serving 'auto' on an 80 GB card picks no offload for TI2V-5B; the stub (like a real card that
     is fuller than planned) runs out of memory at load unless CPU offload is on. The supervisor
     asks the planner for the next rung, relaunches, and the node says what changed."""
-    supervisor.stop_all()
-    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_SERVER_CMD", f"{server_python()} {STUB_SCRIPT}")
-    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_DATA_DIR", str(tmp_path))
-    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB", "80")
-    monkeypatch.setenv("VLLM_OMNI_STUB_OOM_UNLESS", "--enable-cpu-offload,--enable-layerwise-offload")
+    _fresh_launcher(tmp_path, monkeypatch, VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB="80",
+                    VLLM_OMNI_STUB_OOM_UNLESS="--enable-cpu-offload,--enable-layerwise-offload")
     with ComfyStandIn() as comfy:
         model = NODE_CLASS_MAPPINGS["VLLMOmniLoadModel"]().load(TI2V)[0]
         serving = _serving(gpus="auto", parallel_mode="auto", auto_fallback=True)
@@ -212,11 +297,8 @@ def test_auto_serving_falls_back_down_the_planner_ladder_on_oom(tmp_path, monkey
 
 
 def test_auto_fallback_off_stops_with_the_plan_and_the_fix(tmp_path, monkeypatch):
-    supervisor.stop_all()
-    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_SERVER_CMD", f"{server_python()} {STUB_SCRIPT}")
-    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_DATA_DIR", str(tmp_path))
-    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB", "80")
-    monkeypatch.setenv("VLLM_OMNI_STUB_OOM_AT_LOAD", "1")
+    _fresh_launcher(tmp_path, monkeypatch, VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB="80",
+                    VLLM_OMNI_STUB_OOM_AT_LOAD="1")
     with ComfyStandIn():
         model = NODE_CLASS_MAPPINGS["VLLMOmniLoadModel"]().load(TI2V)[0]
         serving = _serving(gpus="auto", parallel_mode="auto", auto_fallback=False)

@@ -9,18 +9,13 @@ and config resolution (tests/contract/upstream_resolve.py, run in the server env
 from __future__ import annotations
 
 import itertools
-import json
-import subprocess
-from pathlib import Path
 
 import pytest
 
-from stubserver import server_python
 from vllm_omni_launcher.errors import SpecError
 from vllm_omni_launcher.server.flags import NONEXISTENT_FLAGS
 from vllm_omni_launcher.server.spec import LaunchSpec, MemoryConfig, ParallelConfig, RuntimeConfig
 
-RESOLVER = Path(__file__).with_name("upstream_resolve.py")
 MODELS = ("Wan-AI/Wan2.2-T2V-A14B-Diffusers", "Wan-AI/Wan2.2-I2V-A14B-Diffusers", "Wan-AI/Wan2.2-TI2V-5B-Diffusers")
 VISIBLE = 8
 
@@ -96,7 +91,7 @@ def node_matrix() -> list[LaunchSpec]:
 
 
 @pytest.fixture(scope="module")
-def resolved() -> list[tuple[LaunchSpec, object, dict]]:
+def resolved(upstream_resolver) -> list[tuple[LaunchSpec, object, dict]]:
     specs = node_matrix()
     outcomes: list[object] = []
     cases = []
@@ -108,10 +103,7 @@ def resolved() -> list[tuple[LaunchSpec, object, dict]]:
             outcomes.append(err)
         argv = spec.build(["vllm"], 8000, api_key=None).argv[1:]
         cases.append({"argv": argv, "visible_devices": len(spec.gpus) if spec.gpus else VISIBLE})
-    out = subprocess.run([server_python(), str(RESOLVER)], input=json.dumps(cases), capture_output=True,
-                         text=True, timeout=1800)
-    assert out.returncode == 0, out.stderr[-3000:]
-    results = json.loads(out.stdout)
+    results = upstream_resolver.resolve(cases, timeout=1800)
     assert len(results) == len(specs)
     return list(zip(specs, outcomes, results))
 
@@ -176,19 +168,17 @@ def test_rejected_specs_are_refused_or_mishandled_upstream(resolved):
             "fake_flag", "local_only"} <= seen
 
 
-def test_every_nonexistent_flag_is_unknown_to_the_real_parser():
+def test_every_nonexistent_flag_is_unknown_to_the_real_parser(upstream_resolver):
     cases = [{"argv": ["serve", MODELS[0], "--omni", flag, "2"], "visible_devices": 1} for flag in NONEXISTENT_FLAGS
              if flag != "--num-gpus"]
-    out = subprocess.run([server_python(), str(RESOLVER)], input=json.dumps(cases), capture_output=True, text=True,
-                         timeout=600)
-    for case, result in zip(cases, json.loads(out.stdout)):
+    results = upstream_resolver.resolve(cases, timeout=600)
+    assert len(results) == len(cases)
+    for case, result in zip(cases, results):
         assert not result["ok"] and "unrecognized arguments" in result["error"], case
 
 
-def test_num_gpus_is_accepted_but_ignored_upstream():
+def test_num_gpus_is_accepted_but_ignored_upstream(upstream_resolver):
     """--num-gpus is in NONEXISTENT_FLAGS because it does nothing: upstream keeps world size 1."""
     cases = [{"argv": ["serve", MODELS[0], "--omni", "--num-gpus", "2"], "visible_devices": 2}]
-    out = subprocess.run([server_python(), str(RESOLVER)], input=json.dumps(cases), capture_output=True, text=True,
-                         timeout=600)
-    result = json.loads(out.stdout)[0]
+    result = upstream_resolver.resolve(cases, timeout=600)[0]
     assert result["ok"] and result["config"]["world_size"] == 1

@@ -3,11 +3,14 @@
 Runs under the ComfyUI-side python (no vllm); each stub runs under the server python from
 ``VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON`` and the tests fail if it is unset.
 
-A stub start costs as much as importing vllm + vllm-omni, so each scenario below starts one
-stub, drives it through a short script and records what it saw; the scenarios that the
-selected tests need run concurrently (``VLLM_OMNI_STUB_TEST_PARALLEL``, default 3) when the
-module starts, and every test asserts on the record of its scenario.  Every stub runs in
-its own process group, killed when its scenario ends.
+A stub start costs as much as importing vllm + vllm-omni, so each scenario below drives one
+stub through a short script and records what it saw; the scenarios that the selected tests
+need run concurrently (``VLLM_OMNI_STUB_TEST_PARALLEL``, default 3) when the module starts,
+and every test asserts on the record of its scenario.  The plain configurations are the
+session's shared stubs (``shared_stubs.py``), which other modules' tests may have used
+before: those scenarios read the log from where their own requests start.  The others start
+their own stub.  Every stub runs in its own process group, killed when its scenario ends
+(a shared one at the end of the session, or here when its scenario ends it).
 """
 from __future__ import annotations
 
@@ -15,9 +18,11 @@ import concurrent.futures
 import io
 import os
 import re
+import json
 import signal
 import socket
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -29,11 +34,8 @@ from PIL import Image
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import frame_code  # noqa: E402
 import stubserver  # noqa: E402
+from shared_stubs import I2V, I2V_SPLIT, KEY, OFFLOAD_FLAGS, T2V, T2V_KEYED, TI2V, TI2V_OFFLOAD  # noqa: E402
 
-T2V = "Wan-AI/Wan2.2-T2V-A14B-Diffusers"
-I2V = "Wan-AI/Wan2.2-I2V-A14B-Diffusers"
-TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
-KEY = "stub-test-key"
 PARALLEL = int(os.environ.get("VLLM_OMNI_STUB_TEST_PARALLEL", "3"))
 HEALTH_TIMEOUT = 900.0
 JOB_TIMEOUT = 120.0
@@ -116,6 +118,13 @@ SCENARIOS = {}
 
 
 def scenario(fn):
+    """A scenario that starts its own stub."""
+    SCENARIOS[fn.__name__] = lambda pool: fn()
+    return fn
+
+
+def pooled_scenario(fn):
+    """A scenario on one of the session's shared stubs: ``fn(pool)``."""
     SCENARIOS[fn.__name__] = fn
     return fn
 
@@ -132,10 +141,10 @@ def _ready(stub) -> dict:
     return {"health": stub.health(), "pid": stub.proc.pid, "stub_pid": stub.stub_pid()}
 
 
-@scenario
-def t2v():
-    env = {"VLLM_API_KEY": KEY, "VLLM_OMNI_STUB_STEP_S": "0.05"}
-    with stubserver.run_stub(T2V, env=env) as stub:
+@pooled_scenario
+def t2v(pool):
+    # Ends the process (SIGTERM), so it takes the shared stub out of the pool.
+    with pool.retire(T2V_KEYED) as stub:
         obs = _ready(stub)
         obs["health_no_key"] = requests.get(stub.url + "/health", timeout=10).status_code
         no_key = requests.get(stub.url + "/v1/models", timeout=10)
@@ -150,18 +159,19 @@ def t2v():
         sync = submit(stub, key=KEY, sync=True, size="64x64", num_frames=9, fps=8, seed=9, num_inference_steps=2)
         obs["sync"] = (sync.status_code, sync.headers.get("content-type"), decode_mp4(sync.content))
         # DELETE while the denoise runs: the record goes, the "GPU" keeps stepping.
+        submitted = len(stub.stderr_text())
         created = submit(stub, key=KEY, size="64x64", num_frames=5, seed=3, num_inference_steps=60)
         vid = created.json()["id"]
         headers = {"Authorization": f"Bearer {KEY}"}
         deadline = time.monotonic() + JOB_TIMEOUT
-        while not re.search(r"\| [1-9]\d?/60 \[", stub.stderr_text()) and time.monotonic() < deadline:
+        while not re.search(r"\| [1-9]\d?/60 \[", stub.stderr_text()[submitted:]) and time.monotonic() < deadline:
             time.sleep(0.02)
         offset = len(stub.stderr_text())
         deleted = requests.delete(f"{stub.url}/v1/videos/{vid}", headers=headers, timeout=30)
         obs["delete"] = (deleted.status_code, deleted.json(),
                          requests.get(f"{stub.url}/v1/videos/{vid}", headers=headers, timeout=10).status_code,
-                         "60/60" in stub.stderr_text()[:offset])
-        stub.wait_for_text("aborted: Request", timeout=JOB_TIMEOUT)
+                         "60/60" in stub.stderr_text()[submitted:offset])
+        stub.wait_for_text("aborted: Request", timeout=JOB_TIMEOUT, since=offset)
         obs["after_delete_log"] = stub.stderr_text()[offset:]
         # SIGTERM ends the process (and its group) cleanly.
         os.kill(stub.proc.pid, signal.SIGTERM)
@@ -171,34 +181,38 @@ def t2v():
     return obs
 
 
-@scenario
-def i2v():
-    with stubserver.run_stub(I2V, env={"VLLM_OMNI_STUB_STEP_S": "0.01"}, separate_stderr=True) as stub:
-        obs = _ready(stub)
-        obs["models"] = requests.get(stub.url + "/v1/models", timeout=10).json()
-        obs["no_image"], _ = run_job(stub, size="64x64", num_frames=5, num_inference_steps=2)
-        obs["bad_size"], _ = run_job(stub, image=png(80, 48), width=72, height=64, num_frames=5,
-                                     num_inference_steps=2)
-        job, mp4 = run_job(stub, image=png(80, 48), size="64x48", num_frames=9, fps=16, seed=5,
-                           num_inference_steps=2)
-        obs["good"] = (job.json(), decode_mp4(mp4))
-        obs["stderr"], obs["stdout"] = stub.stderr_text(), stub.stdout_text()
-        obs["log"] = stub.output_text()
+@pooled_scenario
+def i2v(pool):
+    stub, = pool.get(I2V_SPLIT)
+    obs = _ready(stub)
+    err_from, out_from = len(stub.stderr_text()), len(stub.stdout_text())
+    obs["models"] = requests.get(stub.url + "/v1/models", timeout=10).json()
+    obs["no_image"], _ = run_job(stub, size="64x64", num_frames=5, num_inference_steps=2)
+    obs["bad_size"], _ = run_job(stub, image=png(80, 48), width=72, height=64, num_frames=5,
+                                 num_inference_steps=2)
+    job, mp4 = run_job(stub, image=png(80, 48), size="64x48", num_frames=9, fps=16, seed=5,
+                       num_inference_steps=2)
+    obs["good"] = (job.json(), decode_mp4(mp4))
+    obs["stderr"], obs["stdout"] = stub.stderr_text(), stub.stdout_text()
+    obs["own_stderr"], obs["own_stdout"] = obs["stderr"][err_from:], obs["stdout"][out_from:]
+    obs["log"] = stub.output_text()
     return obs
 
 
-@scenario
-def ti2v_with_offload():
-    env = {"VLLM_OMNI_STUB_OOM_UNLESS": "--enable-cpu-offload,--enable-layerwise-offload",
-           "VLLM_OMNI_STUB_STEP_S": "0.01"}
-    with stubserver.run_stub(TI2V, flags=["--enable-cpu-offload"], env=env) as stub:
-        obs = _ready(stub)
-        obs["models"] = requests.get(stub.url + "/v1/models", timeout=10).json()
-        job, mp4 = run_job(stub, size="70x70", num_frames=9, fps=24, seed=300, num_inference_steps=2)
-        obs["floored"] = (job.json(), decode_mp4(mp4))
-        job, mp4 = run_job(stub, size="64x64", num_frames=5, num_inference_steps=2)
-        obs["no_seed"] = (job.json(), decode_mp4(mp4))
-        obs["log"] = stub.stderr_text()
+@pooled_scenario
+def ti2v_with_offload(pool):
+    stub, = pool.get(TI2V_OFFLOAD)
+    obs = _ready(stub)
+    obs["startup_log"] = stub.wait_for_text("Application startup complete.", timeout=10).split(
+        "Application startup complete.", 1)[0]
+    obs["models"] = requests.get(stub.url + "/v1/models", timeout=10).json()
+    job, mp4 = run_job(stub, size="70x70", num_frames=9, fps=24, seed=300, num_inference_steps=2)
+    obs["floored"] = (job.json(), decode_mp4(mp4))
+    obs["oom_knob"], _ = run_job(stub, size="64x64", num_frames=5, seed=1, num_inference_steps=4,
+                                 extra_params=json.dumps({"stub_oom": True}))
+    job, mp4 = run_job(stub, size="64x64", num_frames=5, num_inference_steps=2)
+    obs["no_seed"] = (job.json(), decode_mp4(mp4))
+    obs["log"] = stub.stderr_text()
     return obs
 
 
@@ -225,21 +239,25 @@ def oom_at_load():
 
 @scenario
 def oom_unless_flag_missing():
-    return _exits(TI2V, env={"VLLM_OMNI_STUB_OOM_UNLESS": "--enable-cpu-offload,--enable-layerwise-offload"})
+    return _exits(TI2V, env={"VLLM_OMNI_STUB_OOM_UNLESS": OFFLOAD_FLAGS})
 
 
 @scenario
 def oom_in_job_then_crash():
-    env = {"VLLM_OMNI_STUB_OOM_IN_JOB": "1", "VLLM_OMNI_STUB_CRASH_AFTER_JOBS": "1",
-           "VLLM_OMNI_STUB_STEP_S": "0.01"}
-    with stubserver.run_stub(TI2V, env=env) as stub:
-        obs = _ready(stub)
-        obs["job1"], _ = run_job(stub, size="64x64", num_frames=5, seed=1, num_inference_steps=4)
-        obs["health_after_oom"] = stub.health()
-        obs["job2"], _ = run_job(stub, size="64x64", num_frames=5, seed=2, num_inference_steps=4)
-        obs["rc"] = stub.wait_exit(120)
-        obs["group_left"] = group_members(stub.proc.pid)
-        obs["log"] = stub.stderr_text()
+    with tempfile.TemporaryDirectory() as tmp:
+        jobs_file = Path(tmp) / "jobs.txt"
+        env = {"VLLM_OMNI_STUB_OOM_IN_JOB": "1", "VLLM_OMNI_STUB_CRASH_AFTER_JOBS": "1",
+               "VLLM_OMNI_STUB_STEP_S": "0.01", "VLLM_OMNI_STUB_JOBS_FILE": str(jobs_file)}
+        with stubserver.run_stub(TI2V, env=env) as stub:
+            obs = _ready(stub)
+            obs["refused"] = submit(stub, size="64x64", num_frames=5, num_inference_steps=500).status_code
+            obs["job1"], _ = run_job(stub, size="64x64", num_frames=5, seed=1, num_inference_steps=4)
+            obs["health_after_oom"] = stub.health()
+            obs["job2"], _ = run_job(stub, size="64x64", num_frames=5, seed=2, num_inference_steps=4)
+            obs["rc"] = stub.wait_exit(120)
+            obs["group_left"] = group_members(stub.proc.pid)
+            obs["log"] = stub.stderr_text()
+            obs["jobs_file"] = jobs_file.read_text().splitlines() if jobs_file.exists() else None
     return obs
 
 
@@ -290,14 +308,13 @@ def hang_in_job():
 
 # --------------------------------------------------------------------------- module fixture
 @pytest.fixture(scope="module")
-def runs(request) -> dict:
-    stubserver.server_python()  # a missing server python fails every test here, loudly
+def runs(request, stub_pool) -> dict:
     here = os.path.abspath(__file__)
     needed = sorted({_scenario_of(item) for item in request.session.items
                      if os.path.abspath(str(getattr(item, "path", "") or item.fspath)) == here} - {None})
     results: dict = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, PARALLEL)) as pool:
-        futures = {name: pool.submit(SCENARIOS[name]) for name in needed}
+        futures = {name: pool.submit(SCENARIOS[name], stub_pool) for name in needed}
         for name, future in futures.items():
             try:
                 results[name] = future.result()
@@ -412,7 +429,7 @@ def test_denoise_progress_is_real_tqdm(runs):
 @uses("i2v")
 def test_progress_goes_to_stderr_and_log_lines_to_stdout(runs):
     obs = outcome(runs, "i2v")
-    assert "| 2/2 [" in obs["stderr"] and "| 2/2 [" not in obs["stdout"]
+    assert "| 2/2 [" in obs["own_stderr"] and "| 2/2 [" not in obs["stdout"]
     assert obs["stderr"].startswith("STUB_PID=")
     assert "Model loading took" in obs["stdout"] and "Starting vLLM API server" in obs["stdout"]
 
@@ -493,7 +510,16 @@ def test_oom_unless_ooms_without_the_flag(runs):
 @uses("ti2v_with_offload")
 def test_oom_unless_starts_with_the_flag(runs):
     obs = outcome(runs, "ti2v_with_offload")
-    assert obs["health"] == 200 and "OutOfMemoryError" not in obs["log"]
+    assert obs["health"] == 200 and "OutOfMemoryError" not in obs["startup_log"]
+
+
+@uses("ti2v_with_offload")
+def test_stub_oom_extra_param_fails_that_job_and_the_next_one_renders(runs):
+    obs = outcome(runs, "ti2v_with_offload")
+    job = obs["oom_knob"]
+    assert job.status_code == 500 and job.json()["status"] == "failed"
+    assert job.json()["error"]["message"].startswith("CUDA out of memory. Tried to allocate 2.00 GiB.")
+    assert obs["no_seed"][0]["status"] == "completed"
 
 
 @uses("oom_in_job_then_crash")
@@ -505,6 +531,13 @@ def test_oom_in_job_fails_that_job_and_the_server_stays_up(runs):
     assert job1.json()["error"]["message"].startswith("CUDA out of memory. Tried to allocate 2.00 GiB.")
     assert obs["health_after_oom"] == 200
     assert obs["job2"].json()["status"] == "completed"
+
+
+@uses("oom_in_job_then_crash")
+def test_jobs_file_gets_one_line_per_job_request_with_its_status(runs):
+    obs = outcome(runs, "oom_in_job_then_crash")
+    assert obs["refused"] == 400
+    assert obs["jobs_file"] == ["POST /v1/videos 400", "POST /v1/videos 200", "POST /v1/videos 200"]
 
 
 @uses("oom_in_job_then_crash")

@@ -31,11 +31,11 @@ import requests
 
 import stubserver
 
-from vllm_omni_launcher.server import failures, process_group, registry, state_file, supervisor
+from vllm_omni_launcher.server import failures, process_group, registry, state_file
 from vllm_omni_launcher.server.failures import ServerFailure
 from vllm_omni_launcher.server.local_config import LocalConfig
 from vllm_omni_launcher.server.spec import LaunchSpec, MemoryConfig, RuntimeConfig
-from vllm_omni_launcher.server.supervisor import Status, Supervisor
+from vllm_omni_launcher.server.registry import Status, Supervisor
 
 TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
 START_S = 420.0          # bound for one stub start (it imports vLLM on a small CI box)
@@ -138,7 +138,7 @@ def test_slow_load_progress_hard_cancel_and_crash_restart(data_dir: Path) -> Non
     statuses: list[Status] = []
     config = make_config(data_dir, load_delay_s=2, step_s=0.05, crash_after_jobs=2)
     spec = spec_for()
-    sup = supervisor.get_or_start(spec, config, on_status=statuses.append)
+    sup = registry.get_or_start(spec, config, on_status=statuses.append)
 
     # -- startup phases, in order, as the user sees them
     phases = phases_of(statuses)
@@ -208,7 +208,7 @@ def test_slow_load_progress_hard_cancel_and_crash_restart(data_dir: Path) -> Non
 
     pgid = sup.pgid
     registry.stop(spec.fingerprint())
-    assert sup.status().phase == "stopped" and supervisor.find(spec.fingerprint()) is None
+    assert sup.status().phase == "stopped" and registry.find(spec.fingerprint()) is None
     assert_no_process_left(data_dir, (pgid,))
     assert list((data_dir / "state").glob("*.json")) == []
 
@@ -216,7 +216,7 @@ def test_slow_load_progress_hard_cancel_and_crash_restart(data_dir: Path) -> Non
 # ---- OOM during a job (server survives), then a hung server (restarted) ----------------------
 def test_oom_in_job_keeps_the_server_and_a_hang_restarts_it(data_dir: Path) -> None:
     config = make_config(data_dir, hang_timeout_s=3.0, oom_in_job=1, hang_after_jobs=1, step_s=0.02)
-    sup = supervisor.get_or_start(spec_for(), config)
+    sup = registry.get_or_start(spec_for(), config)
     first = sup.status()
 
     failed = wait_job(sup, submit(sup, steps=6))
@@ -249,14 +249,14 @@ def test_oom_in_job_keeps_the_server_and_a_hang_restarts_it(data_dir: Path) -> N
 def test_oom_at_load_fails_once_with_the_explanation(data_dir: Path) -> None:
     statuses: list[Status] = []
     with pytest.raises(ServerFailure) as caught:
-        supervisor.get_or_start(spec_for(), make_config(data_dir, oom_at_load=1), on_status=statuses.append)
+        registry.get_or_start(spec_for(), make_config(data_dir, oom_at_load=1), on_status=statuses.append)
     err = caught.value
     assert err.kind == failures.OOM_LOAD and err.setting == "offload"
     assert "ran out of memory while loading" in str(err) and "offload" in err.fix
     assert "CUDA out of memory" in err.raw
     assert statuses[-1].phase == "failed"
     assert len(stub_pids(data_dir)) == 1, "a configuration error must not be retried"
-    assert supervisor.all_servers() == []
+    assert registry.all_servers() == []
     assert_no_process_left(data_dir)
 
 
@@ -273,16 +273,40 @@ def test_oom_fallback_relaunches_with_the_leaner_spec(data_dir: Path) -> None:
 
     spec = spec_for()
     config = make_config(data_dir, oom_unless="--enable-cpu-offload")
-    sup = supervisor.get_or_start(spec, config, fallback=fallback)
+    sup = registry.get_or_start(spec, config, fallback=fallback)
     status = sup.status()
     assert calls == [(spec.fingerprint(), failures.OOM_LOAD)]
     assert status.ready and status.fallback_note == note and sup.spec.memory.offload == "module"
     assert "--enable-cpu-offload" in psutil.Process(status.pid).cmdline()
     assert status.requested_fingerprint == spec.fingerprint() != status.fingerprint
-    assert supervisor.find(spec.fingerprint()) is sup and supervisor.find(status.fingerprint) is sup
-    assert supervisor.get_or_start(spec, config, fallback=fallback) is sup, "the same request reuses it"
+    assert registry.find(spec.fingerprint()) is sup and registry.find(status.fingerprint) is sup
+    assert registry.get_or_start(spec, config, fallback=fallback) is sup, "the same request reuses it"
     pids = stub_pids(data_dir)
     assert len(pids) == 2 and not alive(pids[0]) and alive(pids[1])
+
+
+# ---- cancel while the real server loads its weights: LaunchCancelled, nothing left ----------
+def test_cancel_while_loading_stops_everything_within_2s(data_dir: Path) -> None:
+    statuses: list[Status] = []
+    cancel_at: list[float] = []
+
+    def should_cancel() -> bool:
+        if not cancel_at and any(s.phase == "loading" and s.progress for s in statuses):
+            cancel_at.append(time.monotonic())
+        return bool(cancel_at)
+
+    with pytest.raises(registry.LaunchCancelled) as caught:
+        registry.get_or_start(spec_for(), make_config(data_dir, load_delay_s=300), on_status=statuses.append,
+                              should_cancel=should_cancel)
+    took = time.monotonic() - cancel_at[0]
+    assert took < 3.0, f"the cancel took {took:.1f} s (the issue allows 2 s)"
+    assert caught.value.kind == failures.CANCELLED
+    pids = stub_pids(data_dir)
+    assert pids and not [p for p in pids if alive(p)], "checked at once: no process outlived the cancel"
+    assert registry.all_servers() == [] and list((data_dir / "state").glob("*.json")) == []
+    shards = [s.progress for s in statuses if s.phase == "loading" and s.progress]
+    assert shards and shards[-1][2] == "shards" and shards[-1][0] == shards[-1][1], shards
+    assert statuses[-1].phase == "stopped" and all(a != b for a, b in zip(statuses, statuses[1:]))
 
 
 # ---- a configured port that is taken: clear error, nothing launched -------------------------
@@ -292,11 +316,11 @@ def test_configured_port_in_use(data_dir: Path) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(ServerFailure) as caught:
-            supervisor.get_or_start(spec_for(), make_config(data_dir, port=port))
+            registry.get_or_start(spec_for(), make_config(data_dir, port=port))
     err = caught.value
     assert err.kind == failures.PORT_IN_USE and err.setting == "port" and str(port) in err.what
     assert "VLLM_OMNI_LAUNCHER_PORT" in err.fix
-    assert stub_pids(data_dir) == [] and supervisor.all_servers() == []
+    assert stub_pids(data_dir) == [] and registry.all_servers() == []
 
 
 # ---- keep-alive expiry, restart on next use, and spec changes on overlapping GPUs -----------
@@ -312,27 +336,27 @@ def test_keep_alive_then_spec_changes_stop_overlapping_servers(data_dir: Path) -
 
     config = make_config(data_dir)
     a = spec_for((0,))
-    sup_a = supervisor.get_or_start(a, config, on_status=recorder("a"), keep_alive_minutes=0.02)
+    sup_a = registry.get_or_start(a, config, on_status=recorder("a"), keep_alive_minutes=0.02)
     a_pid = sup_a.status().pid
     wait_for(lambda: sup_a.status().phase == "stopped", 120, "the keep-alive to stop the idle server")
     assert "idle" in sup_a.status().text and "next job starts it again" in sup_a.status().text
     assert not sup_a.alive() and not alive(a_pid)
-    assert supervisor.find(a.fingerprint()) is sup_a
+    assert registry.find(a.fingerprint()) is sup_a
 
     # next use restarts it (same supervisor, next generation); keep-alive off from now on
-    assert supervisor.get_or_start(a, config, keep_alive_minutes=0) is sup_a
+    assert registry.get_or_start(a, config, keep_alive_minutes=0) is sup_a
     assert sup_a.ready() and sup_a.generation == 2
 
     # a different spec on another GPU leaves it alone
     b = spec_for((1,), runtime=RuntimeConfig(enforce_eager=True))
-    sup_b = supervisor.get_or_start(b, config, on_status=recorder("b"))
-    assert sup_a.ready() and sup_b.ready() and len(supervisor.all_servers()) == 2
+    sup_b = registry.get_or_start(b, config, on_status=recorder("b"))
+    assert sup_a.ready() and sup_b.ready() and len(registry.all_servers()) == 2
 
     # a spec on every GPU overlaps both: they stop before it starts
     c = spec_for(None, runtime=RuntimeConfig(enforce_eager=True))
     old_pids = (sup_a.status().pid, sup_b.status().pid)
-    sup_c = supervisor.get_or_start(c, config, on_status=recorder("c"))
-    assert sup_c.ready() and supervisor.all_servers() == [sup_c]
+    sup_c = registry.get_or_start(c, config, on_status=recorder("c"))
+    assert sup_c.ready() and registry.all_servers() == [sup_c]
     assert sup_a.status().phase == "stopped" and sup_b.status().phase == "stopped"
     assert not any(alive(p) for p in old_pids)
     with lock:
@@ -398,7 +422,7 @@ def test_left_behind_servers_are_adopted_or_stopped(data_dir: Path) -> None:
                                      requested_fingerprint=x["fp"], spec=spec_for().to_dict(), owner_pid=1)
     state_file.write(str(data_dir), forged)
     try:
-        sup = supervisor.get_or_start(spec_for((0,)), make_config(data_dir))
+        sup = registry.get_or_start(spec_for((0,)), make_config(data_dir))
         status = sup.status()
         assert status.pid == x["pid"] and sup.url == x["url"] and "reused the server left running" in status.text
         models = session().get(f"{sup.url}/v1/models", headers=auth(sup), timeout=10)

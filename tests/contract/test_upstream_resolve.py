@@ -1,17 +1,11 @@
 """upstream_resolve.py: the real vLLM-Omni 0.30 parser + config resolution, in one batch.
 
 Runs under the ComfyUI-side python; the resolver runs under the server python
-(``VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON``).
+(``VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON``): the session's one resolver process.
 """
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import stubserver  # noqa: E402
 
 T2V = "Wan-AI/Wan2.2-T2V-A14B-Diffusers"
 I2V = "Wan-AI/Wan2.2-I2V-A14B-Diffusers"
@@ -39,9 +33,9 @@ CASES = {
 
 
 @pytest.fixture(scope="module")
-def results() -> dict[str, dict]:
+def results(upstream_resolver) -> dict[str, dict]:
     names = list(CASES)
-    out = stubserver.resolve([CASES[n] for n in names])
+    out = upstream_resolver.resolve([CASES[n] for n in names])
     assert len(out) == len(names)
     return dict(zip(names, out))
 

@@ -35,6 +35,10 @@ decorate stdout (so hundreds of cases can run in one process).  Stages that upst
 runs in a subprocess (``num_replicas > 1``) are captured where ``StageDiffusionProcManager``
 would spawn it (the first replica's config is reported).  Logs go to /dev/null unless
 ``--verbose`` is given (then to stderr).
+
+``--serve``: instead of one batch, answer batches for as long as stdin stays open: each
+input line is a JSON list of cases, each output line the JSON list of their results (the
+tests keep one such process for the whole session, so vLLM is imported once).
 """
 from __future__ import annotations
 
@@ -147,11 +151,17 @@ def run_case(vllm_main, state, case: dict) -> dict:
         os.environ.update(saved_env)
 
 
-def main() -> int:
-    verbose = "--verbose" in sys.argv[1:]
-    cases = json.load(sys.stdin)
+def _cases(text: str) -> list[dict]:
+    cases = json.loads(text)
     if not isinstance(cases, list):
         raise SystemExit("stdin must be a JSON list of cases")
+    return cases
+
+
+def main() -> int:
+    verbose = "--verbose" in sys.argv[1:]
+    serve = "--serve" in sys.argv[1:]
+    batch = None if serve else _cases(sys.stdin.read())
     out = os.fdopen(os.dup(1), "w")
     sink = os.open(os.devnull, os.O_WRONLY)
     # Upstream logs (and anything else) must not corrupt the JSON on stdout.
@@ -159,10 +169,16 @@ def main() -> int:
     if not verbose:
         os.dup2(sink, 2)
     vllm_main, state = _setup()
-    results = [run_case(vllm_main, state, case) for case in cases]
-    json.dump(results, out, indent=1)
-    out.write("\n")
-    out.flush()
+    if batch is not None:
+        json.dump([run_case(vllm_main, state, case) for case in batch], out, indent=1)
+        out.write("\n")
+        out.flush()
+    else:
+        for line in sys.stdin:
+            if line.strip():
+                json.dump([run_case(vllm_main, state, case) for case in _cases(line)], out)
+                out.write("\n")
+                out.flush()
     # Skip interpreter teardown of upstream background threads (atexit would not run).
     upstream.remove_temp_dirs()
     os._exit(0)

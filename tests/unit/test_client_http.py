@@ -1,7 +1,7 @@
-"""client/http.py + client/api.py against a canned local HTTP server (faults on purpose).
+"""client/transport.py + http_errors.py + api.py against a canned local HTTP server (faults on purpose).
 
 The server on 127.0.0.1 answers with scripted responses whose bodies copy the shapes
-documented in vllm-omni-serving.md section 4 (and the 0.30 wheel): vLLM's
+of the 0.30 wheel's HTTP layer: vLLM's
 `{"error": {message, type, param, code}}`, the auth middleware's `{"error": "Unauthorized"}`,
 and a failed job's own body with HTTP 500. Waits go through an injected sleep that only
 records, so retry tests run instantly and assert the backoff schedule itself.
@@ -29,13 +29,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
 import frame_code  # noqa: E402
 
 from vllm_omni_launcher.client.api import (  # noqa: E402
+    Deadlines,
     GenerationCancelled,
     JobUpdate,
     RetryPolicy,
     VideoClient,
     VideoRequest,
 )
-from vllm_omni_launcher.client.http import FIELD_SETTINGS  # noqa: E402
+from vllm_omni_launcher.client.http_errors import FIELD_SETTINGS  # noqa: E402
 from vllm_omni_launcher.errors import LauncherError  # noqa: E402
 
 KEY = "sk-test-very-secret-4242"
@@ -197,6 +198,14 @@ def test_backoff_policy_is_bounded_exponential():
     assert RetryPolicy().delays() == [0.5, 1.0, 2.0, 4.0]
     assert RetryPolicy(tries=7).delays() == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
     assert RetryPolicy(tries=1).delays() == []
+
+
+def test_deadlines_come_from_the_local_config_keys():
+    from vllm_omni_launcher.server.local_config import LocalConfig
+
+    config = LocalConfig(connect_timeout_s=1.5, first_byte_timeout_s=7.0, body_timeout_s=60.0)
+    assert Deadlines.from_config(config) == Deadlines(connect_s=1.5, first_byte_s=7.0, body_s=60.0)
+    assert Deadlines.from_config(LocalConfig()) == Deadlines() == Deadlines(5.0, 30.0, 600.0)
 
 
 @pytest.mark.parametrize("status", [408, 429, 502, 503, 504])
@@ -582,8 +591,19 @@ def test_server_dying_mid_job_gives_a_clear_error_without_hanging(serve):
     err = info.value
     assert "stopped answering while job video_gen_1 was in progress" in err.what
     assert "connection was cut" in err.why
-    assert "server log" in err.fix and err.raw
+    # A remote server has no launcher node and no log here: the fix points at its own machine.
+    assert "machine that runs the server" in err.fix and "launcher node" not in err.fix and err.raw
     assert len(srv.calls("GET", "/v1/videos/video_gen_1")) == 1 + 5  # one good poll, then 5 bounded tries
+
+
+def test_server_gone_mid_job_fix_is_the_callers_log_hint(serve):
+    script = _job_script(mp4(), statuses=("in_progress",))
+    script[("GET", "/v1/videos/video_gen_1")] = [(200, job(status="in_progress")), DROP]
+    srv = serve(script)
+    client, _ = client_for(srv, log_hint="Server Status shows it")
+    with pytest.raises(LauncherError) as info:
+        client.generate(VideoRequest("a cat"))
+    assert info.value.fix == "Server Status shows it"
 
 
 def test_server_gone_mid_job_says_the_process_exited(serve):
@@ -608,12 +628,12 @@ def test_wedged_server_mid_job_is_reported_after_bounded_poll_timeouts(serve):
     script[("GET", "/v1/videos/video_gen_1")] = [(200, job(status="in_progress")),
                                                  ("slow", 0.6, (200, job(status="in_progress")))]
     srv = serve(script)
-    client, _ = client_for(srv, poll_timeout=(1.0, 0.2))
+    client, _ = client_for(srv, deadlines=Deadlines(first_byte_s=0.2))
     with pytest.raises(LauncherError) as info:
         client.generate(VideoRequest("a cat"))
     err = info.value
     assert "stopped answering while job video_gen_1 was in progress" in err.what
-    assert "wedged" in err.why and "Timeout" in err.raw
+    assert "wedged" in err.why and "0.2 s" in err.why and "first_byte_timeout_s" in err.why
     assert len(srv.calls("GET", "/v1/videos/video_gen_1")) == 1 + 5
 
 
@@ -688,3 +708,33 @@ def test_loopback_server_ignores_proxy_environment(serve, monkeypatch):
     srv = serve({("GET", "/v1/models"): [(200, {"data": [{"id": "m"}]})]})
     client, _ = client_for(srv)
     assert client.models() == ["m"]
+
+
+# ----------------------------------------------------------------------------- server/probe.py (same transport)
+
+def test_probe_reports_health_status_and_models_with_the_key(serve, monkeypatch):
+    from vllm_omni_launcher.server import probe
+
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # our own server is never reached via a proxy
+    srv = serve({("GET", "/health"): [(503, {"status": "unhealthy"}), (200, {"status": "healthy"})],
+                 ("GET", "/v1/models"): [(200, {"object": "list", "data": [{"id": "Wan-AI/Wan2.2-TI2V-5B-Diffusers"}]})]})
+    port = int(srv.url.rsplit(":", 1)[1])
+    assert probe.health("127.0.0.1", port) == 503
+    assert probe.health("0.0.0.0", port) == 200          # a wildcard bind is probed on loopback
+    assert probe.served_models("127.0.0.1", port, KEY) == ["Wan-AI/Wan2.2-TI2V-5B-Diffusers"]
+    assert srv.calls("GET", "/v1/models")[0]["headers"]["Authorization"] == f"Bearer {KEY}"
+    assert "Authorization" not in srv.calls("GET", "/health")[0]["headers"]
+
+
+def test_probe_says_none_when_nothing_answers_or_the_answer_is_not_a_model_list(serve):
+    from vllm_omni_launcher.server import probe
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    assert probe.health("127.0.0.1", free) is None and probe.served_models("127.0.0.1", free, None) is None
+    srv = serve({("GET", "/v1/models"): [(401, {"error": "Unauthorized"}), (200, {"data": "nope"})]})
+    port = int(srv.url.rsplit(":", 1)[1])
+    assert probe.served_models("127.0.0.1", port, None) is None   # 401
+    assert probe.served_models("127.0.0.1", port, None) is None   # not a list
+    assert len(srv.calls("GET", "/v1/models")) == 2               # one try each, no retries

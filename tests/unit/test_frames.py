@@ -1,4 +1,5 @@
-"""client/frames.py: MP4 -> float32 [F, H, W, 3] frames, and IMAGE -> PNG for uploads.
+"""client/frames.py + bounds.py: MP4 -> float32 [F, H, W, 3] frames (checked against what the
+request allows), and IMAGE -> PNG for uploads.
 
 Clips are encoded here with PyAV (H.264 yuv420p, like vLLM-Omni's encoder) from
 frame_code frames, so each decoded frame can be checked for its index and seed.
@@ -20,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
 import frame_code  # noqa: E402
 
 from vllm_omni_launcher.client import frames as frames_mod  # noqa: E402
+from vllm_omni_launcher.client.bounds import bounds_for  # noqa: E402
 from vllm_omni_launcher.client.frames import DecodedVideo, decode_mp4, image_to_png  # noqa: E402
 from vllm_omni_launcher.errors import LauncherError  # noqa: E402
 
@@ -164,3 +166,75 @@ def test_image_to_png_refuses_batches_and_bad_shapes_naming_the_image_setting():
     with pytest.raises(LauncherError) as info:
         image_to_png(np.zeros((8, 8, 5), np.float32))
     assert info.value.setting == "image"
+
+
+# ----------------------------------------------------------------------------- bounds: untrusted clips
+
+def test_bounds_allow_what_upstream_legitimately_changes_and_nothing_else():
+    b = bounds_for(250, 130, 10, {})
+    assert b.widths == {250, 240, 224} and b.heights == {130, 128}   # floored to /16 and /32
+    assert (b.min_frames, b.max_frames) == (9, 13)                    # 4k+1 at or below, and above
+    b.check(240, 128, 9)
+    b.check(224, 128, 13)
+    for width, height, frames in ((256, 128, 9), (240, 144, 9), (240, 128, 5), (240, 128, 17)):
+        with pytest.raises(LauncherError) as info:
+            b.check(width, height, frames)
+        assert f"got {width}x{height}x{frames}, asked for 250x130x10" in info.value.what
+    assert bounds_for(832, 480, 81, {}).min_frames == bounds_for(832, 480, 81, {}).max_frames == 81
+
+
+def test_bounds_follow_the_size_field_interpolation_and_unsent_sizes():
+    assert bounds_for(64, 64, 9, {"size": "832x480"}).widths == {832}
+    doubled = bounds_for(64, 64, 9, {}, frame_multiplier=2)
+    assert (doubled.min_frames, doubled.max_frames) == (17, 18) and "x2 interpolated" in doubled.asked
+    free = bounds_for(None, None, 9, {})           # upstream picks the size: only the area is bounded
+    free.check(1280, 720, 9)
+    free.check(720, 1280, 9)
+    with pytest.raises(LauncherError):
+        free.check(2048, 2048, 9)
+
+
+def test_download_cap_is_16_bits_per_pixel_plus_a_mebibyte():
+    assert bounds_for(256, 256, 9, {}).max_bytes == 256 * 256 * 9 * 2 + (1 << 20)
+    # vLLM-Omni's own encoder settings on pure noise (the worst real content) stay well below it.
+    rng = np.random.default_rng(0)
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mp4") as out:
+        stream = out.add_stream("libx264", rate=16)
+        stream.width, stream.height, stream.pix_fmt = 128, 128, "yuv420p"
+        stream.options = {"preset": "ultrafast", "threads": "0"}
+        for _ in range(9):
+            noise = av.VideoFrame.from_ndarray(rng.integers(0, 256, (128, 128, 3), dtype=np.uint8), format="rgb24")
+            for packet in stream.encode(noise):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    assert len(buf.getvalue()) < bounds_for(128, 128, 9, {}).max_bytes - (1 << 20)
+
+
+def test_decode_with_bounds_accepts_the_request_and_interpolated_frames():
+    assert_frames(decode_mp4(encode_clip(9, 64, 64, seed=2), bounds=bounds_for(64, 64, 9, {})), 9, 64, 64, 2)
+    interpolated = encode_clip(17, 64, 64, seed=4)
+    assert_frames(decode_mp4(interpolated, bounds=bounds_for(64, 64, 9, {}, frame_multiplier=2)), 17, 64, 64, 4)
+    with pytest.raises(LauncherError, match="got 64x64x17, asked for 64x64x9"):
+        decode_mp4(interpolated, bounds=bounds_for(64, 64, 9, {}))
+
+
+def test_stream_without_a_frame_count_stops_at_the_bound_without_growing():
+    # Raw H.264 carries no frame count: the array is sized for the most the request allows and
+    # decoding stops at the first frame past it.
+    data = encode_clip(40, 64, 64, seed=5, container="h264")
+    tracemalloc.start()
+    try:
+        with pytest.raises(LauncherError) as info:
+            decode_mp4(data, bounds=bounds_for(64, 64, 9, {}))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert "got 64x64x10+, asked for 64x64x9" in info.value.what
+    assert peak < 2 * 9 * 64 * 64 * 3 * 4 + (1 << 20)
+
+
+def test_short_clip_is_refused():
+    with pytest.raises(LauncherError, match="got 64x64x5, asked for 64x64x9"):
+        decode_mp4(encode_clip(5, 64, 64), bounds=bounds_for(64, 64, 9, {}))

@@ -61,21 +61,47 @@ def test_plan_no_cfg_and_geforce(capsys):
     assert rec["spec"]["parallel"]["mode"] == "ulysses"
 
 
-def test_plan_rejects_bad_input(capsys):
-    assert main(["plan", "--model", "Wan-AI/Wan2.2-T2V-A14B-Diffusers", "--frames", "80", "--gpu-memory", "80"]) == 2
+def test_plan_rejects_bad_input_as_a_launcher_error(capsys):
+    assert main(["plan", "--model", "Wan-AI/Wan2.2-T2V-A14B-Diffusers", "--frames", "80", "--gpu-memory", "80"]) == 1
     assert "4k+1" in capsys.readouterr().err
-    assert main(["plan", "--model", "Wan-AI/Wan2.2-T2V-A14B-Diffusers", "--gpu-memory", "lots"]) == 2
+    assert main(["plan", "--model", "Wan-AI/Wan2.2-T2V-A14B-Diffusers", "--gpu-memory", "lots"]) == 1
+    assert "--gpu-memory 'lots' is not valid" in capsys.readouterr().err
+
+
+def test_plan_exits_3_when_nothing_fits_and_says_why(capsys):
+    rc = main(["plan", "--model", "Wan-AI/Wan2.2-T2V-A14B-Diffusers", "--width", "832", "--height", "480",
+               "--frames", "81", "--gpu-memory", "24,24", "--host-ram", "48"])
+    out = capsys.readouterr().out
+    assert rc == 3
+    assert "No configuration fits" in out and "host RAM needs" in out
+
+
+def test_readme_plan_example_recommends_tensor_parallel_with_offload(capsys):
+    # The README's example, with the host RAM it states; the module offload needs about 78 GiB of it.
+    rc = main(["plan", "--model", "Wan-AI/Wan2.2-T2V-A14B-Diffusers", "--width", "832", "--height", "480",
+               "--frames", "81", "--gpu-memory", "24,24", "--host-ram", "96"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "--tensor-parallel-size 2 --vae-patch-parallel-size 2 --enable-cpu-offload" in out
+
+
+def test_plan_no_recommend_with_an_invalid_spec_is_a_launcher_error(capsys):
+    rc = main(["plan", "--model", "Wan-AI/Wan2.2-T2V-A14B-Diffusers", "--parallel", "cfg=3", "--gpu-memory",
+               "141,141", "--no-recommend", "--json"])
+    err = json.loads(capsys.readouterr().out)["error"]
+    assert rc == 1 and "CFG parallel degree 3" in err["what"] and err["setting"] == "parallel_degree"
 
 
 def test_plan_with_invalid_given_spec_still_recommends(capsys):
     rc = main(["plan", "--model", "Wan-AI/Wan2.2-T2V-A14B-Diffusers", "--parallel", "cfg=3", "--gpu-memory",
                "141,141", "--json"])
     out = json.loads(capsys.readouterr().out)
-    assert out["spec_error"] and out["plan"] is None and out["recommendation"]["spec"]
+    assert out["spec_error"]["setting"] == "parallel_degree" and "not 2" in out["spec_error"]["what"]
+    assert out["plan"] is None and out["recommendation"]["spec"]
     assert rc == 0
 
 
-def test_doctor_cli_runs_on_this_machine(tmp_path):
+def test_doctor_cli_runs_on_this_machine_and_exits_4_on_a_problem(tmp_path):
     env = dict(os.environ, VLLM_OMNI_LAUNCHER_CONFIG=str(tmp_path / "none.json"),
                VLLM_OMNI_LAUNCHER_SERVER_ENV=str(tmp_path / "no-env"))
     proc = subprocess.run([sys.executable, "-m", "vllm_omni_launcher", "doctor", "--json"], capture_output=True,
@@ -83,7 +109,7 @@ def test_doctor_cli_runs_on_this_machine(tmp_path):
     report = json.loads(proc.stdout)
     names = {c["name"] for c in report["checks"]}
     assert {"gpus", "server_env", "port", "host_ram"} <= names
-    assert proc.returncode in (0, 1)
+    assert report["problems"] >= 1 and proc.returncode == 4     # the missing server env is a problem
     text = subprocess.run([sys.executable, "-m", "vllm_omni_launcher", "doctor"], capture_output=True, text=True,
                           env=env, timeout=120).stdout
     assert "could not run" in text or "problem(s)" in text

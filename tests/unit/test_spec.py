@@ -184,4 +184,4 @@ def test_argv_cli_prints_json_with_secrets_masked():
 def test_argv_cli_reports_validation_errors_as_text():
     out = subprocess.run([sys.executable, "-m", "vllm_omni_launcher", "argv", "--model", T2V,
                           "--extra-flag=--model-type=wan2_2"], capture_output=True, text=True)
-    assert out.returncode == 2 and "--model-type does not exist" in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == 1 and "--model-type does not exist" in out.stderr and "Traceback" not in out.stderr

@@ -14,9 +14,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from vllm_omni_launcher.server import process_group, registry, state_file, timeouts
+from vllm_omni_launcher.server import adoption, launch_prep, process_group, registry, state_file, timeouts
 from vllm_omni_launcher.server.local_config import LocalConfig
 from vllm_omni_launcher.server.spec import LaunchSpec, MemoryConfig
+from vllm_omni_launcher.server.server_run import ServerRun
 from vllm_omni_launcher.server.supervisor import Supervisor
 
 # A "server" that ignores polite signals and has a child: only SIGKILL of the group ends both.
@@ -90,11 +91,44 @@ def test_watchdog_reports_the_server_exit_code(tmp_path: Path) -> None:
     assert missing.popen is not None and missing.popen.wait(timeout=20) == 127
 
 
+LEADER = textwrap.dedent("""
+    import subprocess, sys, time
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    print(child.pid, flush=True)
+    time.sleep(120)
+""")
+
+
 def test_owns_group_refuses_a_reused_leader_pid() -> None:
-    me = os.getpgid(0)
-    leader_ct = process_group.create_time(me)
-    assert process_group.owns_group(me, leader_ct)
-    assert not process_group.owns_group(me, (leader_ct or 0) - 1000)
+    """The test makes the group it reasons about: a leader (new session) with a child."""
+    leader = subprocess.Popen([sys.executable, "-c", LEADER], start_new_session=True, stdout=subprocess.PIPE,
+                              text=True)
+    child = int(leader.stdout.readline())
+    try:
+        created = process_group.create_time(leader.pid)
+        assert created is not None
+        assert process_group.owns_group(leader.pid, created), "our live leader"
+        # pid == pgid is alive but started at another time: a stranger reusing the id
+        assert not process_group.owns_group(leader.pid, created - 1000)
+        assert not process_group.owns_group(leader.pid, created + 1000)
+        # the leader dies, its child keeps the group (and so the id) alive: still ours, and stoppable
+        leader.kill()
+        leader.wait()
+        assert process_group.create_time(leader.pid) is None
+        assert process_group.owns_group(leader.pid, created)
+        assert [p.pid for p in process_group.group_members(leader.pid)] == [child]
+        group = process_group.ServerProcess(pgid=leader.pid, leader_create_time=created)
+        assert group.stop(timeout=2.0, graceful=False) == []
+        assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+        # an empty group of a dead leader: nothing to signal, nothing reported left
+        assert group.members() == [] and group.stop(timeout=1.0) == []
+    finally:
+        for pid in (leader.pid, child):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        leader.wait()
 
 
 def _state(pgid: int = 4242, key: str = "sekret-key") -> state_file.ServerState:
@@ -128,8 +162,8 @@ def test_unverifiable_state_is_dropped_without_signalling(tmp_path: Path) -> Non
         data = str(tmp_path / "data")
         state_file.write(data, st)
         config = LocalConfig(data_dir=data)
-        assert registry._sweep_left_behind(config, LaunchSpec(model="Wan-AI/Wan2.2-TI2V-5B-Diffusers"),
-                                           None, None) is None
+        assert adoption.sweep_left_behind(config, LaunchSpec(model="Wan-AI/Wan2.2-TI2V-5B-Diffusers"), set(),
+                                          None, None) is None
         assert victim.poll() is None, "a process that is not verifiably ours must never be signalled"
         assert state_file.read_all(data) == []
     finally:
@@ -153,16 +187,24 @@ def test_startup_timeout_scales_with_model_and_download(tmp_path: Path) -> None:
     assert timeouts.startup_timeout(ti2v, cache) < timeouts.startup_timeout(
         LaunchSpec(model="Wan-AI/Wan2.2-TI2V-5B-Diffusers", memory=MemoryConfig(offload="layerwise")), {})
     assert timeouts.startup_timeout(ti2v, cache) == timeouts.LOAD_BASE_S[1]
-    sup = Supervisor(ti2v, LocalConfig(startup_timeout_s=42.0, data_dir=str(tmp_path)))
-    assert sup._startup_budget(ti2v, cache, None) == 42.0
-    assert sup._startup_budget(ti2v, cache, 7.0) == 7.0
+    assert timeouts.startup_budget(ti2v, cache, None, 42.0) == 42.0, "the local config's value"
+    assert timeouts.startup_budget(ti2v, cache, 7.0, 42.0) == 7.0, "the caller's timeout wins"
+    assert timeouts.startup_budget(ti2v, cache, None, None) == timeouts.LOAD_BASE_S[1]
 
 
 def test_repr_and_status_hold_no_secret(tmp_path: Path) -> None:
-    sup = Supervisor(LaunchSpec(model="Wan-AI/Wan2.2-TI2V-5B-Diffusers"), LocalConfig(data_dir=str(tmp_path)))
-    sup._api_key = "very-secret-key"
+    spec = LaunchSpec(model="Wan-AI/Wan2.2-TI2V-5B-Diffusers")
+    sup = Supervisor(spec, LocalConfig(data_dir=str(tmp_path)), api_key="very-secret-key")
     assert "very-secret" not in repr(sup) and "very-secret" not in repr(sup.status())
     assert sup.status().phase == "stopped" and not sup.alive() and sup.progress() is None
+    launch = launch_prep.prepare(spec, LocalConfig(data_dir=str(tmp_path)), ["vllm"], str(tmp_path),
+                                 "very-secret-key", None, lambda: False)
+    assert launch.api_key == "very-secret-key" and launch.env["VLLM_API_KEY"] == "very-secret-key"
+    assert "very-secret" not in repr(launch) and "very-secret" not in " ".join(launch.command.argv)
+    run = ServerRun(spec, process_group.ServerProcess(pgid=os.getpid(), leader_create_time=None), launch.port,
+                    launch.api_key, str(tmp_path / "x.log"), launch.command.argv, str(launch.storage), None,
+                    str(tmp_path))
+    assert "very-secret" not in repr(run) and run.redact(["key=very-secret-key"]) == ["key=***"]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM])

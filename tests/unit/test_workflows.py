@@ -437,27 +437,96 @@ LOCAL_TEMPLATES = {   # template -> (GPU memory its Note asks for, expected para
 }
 
 
+# the launcher checks the server environment's vllm / vllm-omni pair: use the stub's (0.30)
+STUB_CONFIG = LocalConfig(server_command=(stubserver.server_python(), stubserver.STUB_SCRIPT))
+
+
+def _template_choices(name: str, defs: dict[str, NodeDef]) -> tuple[Any, Any]:
+    """What the template's Load Model and Serving Config nodes output."""
+    ui = load(ui_path(name))
+    model = defs["VLLMOmniLoadModel"].cls().load(nodes_of(ui, "VLLMOmniLoadModel")[0]["widgets_values"][0])[0]
+    serving_values = widgets_by_name(defs["VLLMOmniServingConfig"], nodes_of(ui, "VLLMOmniServingConfig")[0])
+    return model, defs["VLLMOmniServingConfig"].cls().configure(**serving_values)[0]
+
+
+def _note(name: str) -> str:
+    return nodes_of(load(ui_path(name)), "Note")[0]["widgets_values"][0]
+
+
 @pytest.mark.parametrize("name", sorted(LOCAL_TEMPLATES))
 def test_template_serving_config_resolves_to_a_valid_launch_spec(name, defs, monkeypatch):
     memory, layout = LOCAL_TEMPLATES[name]
     monkeypatch.setenv(GPU_MEMORY_ENV, memory)
-    ui = load(ui_path(name))
-    model = defs["VLLMOmniLoadModel"].cls().load(nodes_of(ui, "VLLMOmniLoadModel")[0]["widgets_values"][0])[0]
-    serving_values = widgets_by_name(defs["VLLMOmniServingConfig"], nodes_of(ui, "VLLMOmniServingConfig")[0])
-    serving = defs["VLLMOmniServingConfig"].cls().configure(**serving_values)[0]
+    model, serving = _template_choices(name, defs)
     assert isinstance(model, ModelChoice) and isinstance(serving, ServingChoice)
-    # the launcher checks the server environment's vllm / vllm-omni pair: use the stub's (0.30)
-    config = LocalConfig(server_command=(stubserver.server_python(), stubserver.STUB_SCRIPT))
-    spec, plan_text, fallback = resolve_spec(model, serving, config)
+    plan = resolve_spec(model, serving, STUB_CONFIG)
+    spec = plan.spec
     assert spec.validate(visible_gpus=len(memory.split(","))) == []      # no warnings either
-    assert fallback is not None, "auto_fallback is on in every template"
+    assert plan.fallback is not None, "auto_fallback is on in every template"
     if layout is None:       # 'auto' on one 24 GB GPU: the planner chose, and said so
-        assert serving.parallel_mode == "auto" and plan_text
+        assert serving.parallel_mode == "auto" and plan.text.startswith("Recommended: ")
         assert spec.parallel.world_size <= 1
     else:
         mode, degree, vae_patch, gpus = layout
         assert (spec.parallel.mode, spec.parallel.degree, spec.parallel.vae_patch, spec.gpus) == \
             (mode, degree, vae_patch, gpus)
+
+
+# The TI2V templates serve with 'auto': what the planner picks for their defaults (Generate's widgets
+# are all 0) on the machines their Note describes, and the Note's words for each.
+TI2V_PLANS = [   # ((GPU GiB, free system RAM GiB), planner's choice, frames it reduces the default to, Note)
+    ((24, 24), "1 GPU + module offload + VAE tiling", None, "on a 24 GB card module CPU offload + VAE tiling"),
+    ((24, 23), "1 GPU + layerwise offload + VAE tiling", 113,
+     "with less, layerwise offload + VAE tiling at up to 113 frames"),
+    ((48, 64), "1 GPU, no offload + VAE tiling", None, "on 48 GB no offload + VAE tiling"),
+    ((80, 64), "1 GPU, no offload", None, "on 80 GB neither"),
+]
+
+
+@pytest.mark.parametrize("name", ["wan22_ti2v_5b_text_to_video", "wan22_ti2v_5b_image_to_video"])
+@pytest.mark.parametrize("machine,label,frames,words", TI2V_PLANS)
+def test_ti2v_note_says_what_the_planner_picks_for_the_template_defaults(name, machine, label, frames, words, defs):
+    from vllm_omni_launcher.planner.ladder import recommend
+    from vllm_omni_launcher.server.spec import LaunchSpec
+
+    note = _note(name)
+    assert words in note and "about 24 GB of free system RAM" in note      # the 24 / 23 GiB boundary
+    model, serving = _template_choices(name, defs)
+    assert serving.parallel_mode == "auto" and serving.gpus == "auto"
+    gpu, ram = machine
+    rec = recommend(LaunchSpec(model=model.model), gpus=[gpu], host_available_gib=ram)
+    assert rec.label == label
+    assert (rec.request.frames if rec.reduced else None) == frames
+    assert rec.asked.label() == "1280x704x121" and "1280x704, 121 frames" in note
+
+
+@pytest.mark.parametrize("name", ["wan22_t2v_a14b_2gpu_ulysses", "wan22_i2v_a14b_2gpu_cfg"])
+def test_a14b_note_states_the_planned_peak_of_its_serving_config(name, defs, monkeypatch):
+    from vllm_omni_launcher.planner.memory import plan as memory_plan
+
+    monkeypatch.setenv(GPU_MEMORY_ENV, "80,80")
+    model, serving = _template_choices(name, defs)
+    spec = resolve_spec(model, serving, STUB_CONFIG).spec
+    estimate = memory_plan(spec, None, [80, 80], host_available_gib=None)
+    note = _note(name)
+    peak = re.search(r"planned peak about (\d+) GiB per GPU", note, re.I)
+    assert peak and "80 GB or more each" in note and estimate.fits
+    assert abs(estimate.peak_gib - int(peak[1])) <= 1.0, (estimate.peak_gib, peak[0])
+
+
+def test_a_plan_that_reduces_the_default_request_says_generate_applies_it(defs, monkeypatch):
+    from vllm_omni_launcher.planner import ladder
+
+    real = ladder.recommend
+    monkeypatch.setattr("vllm_omni_launcher.nodes.serving.recommend",
+                        lambda base, **kw: real(base, host_available_gib=16, **kw))   # little free RAM
+    monkeypatch.setenv(GPU_MEMORY_ENV, "24")
+    model, serving = _template_choices("wan22_ti2v_5b_text_to_video", defs)
+    plan = resolve_spec(model, serving, STUB_CONFIG)
+    assert (plan.limit.width, plan.limit.height, plan.limit.frames) == (1280, 704, 113)
+    assert "request reduced: 1280x704x121 -> 1280x704x113" in plan.text
+    assert "Generate Video uses 1280x704x113 where its width, height and frames are 0" in plan.text
+    assert not re.search(r"not [^\n]*: *$", plan.text, re.M), "a rejected configuration without a reason"
 
 
 # --------------------------------------------------------------------------- released copies
@@ -611,7 +680,7 @@ TINY = {"width": 64, "height": 64, "frames": 5, "steps": 2}   # TI2V-5B: sizes x
 
 
 def test_ti2v_text_to_video_template_runs_end_to_end_on_the_stub_server(defs, tmp_path, monkeypatch):
-    from vllm_omni_launcher.server import supervisor
+    from vllm_omni_launcher.server import registry
 
     monkeypatch.setenv("VLLM_OMNI_LAUNCHER_SERVER_CMD", shlex.join([stubserver.server_python(),
                                                                      stubserver.STUB_SCRIPT]))
@@ -628,7 +697,7 @@ def test_ti2v_text_to_video_template_runs_end_to_end_on_the_stub_server(defs, tm
         handle = executor.outputs[server_id][0]
         assert handle.kind == "local" and handle.family_key == "ti2v_5b"
     finally:
-        supervisor.stop_all()
+        registry.stop_all()
     assert [prompt[i]["class_type"] for i in executor.order] == [
         "VLLMOmniLoadModel", "VLLMOmniServingConfig", "VLLMOmniLocalServer", "VLLMOmniGenerateVideo", "SaveVideo"]
     frames, fps, _ = executor.outputs[gen_id]

@@ -1,38 +1,135 @@
-"""HTTP plumbing for the vLLM-Omni client: one session, bounded retries, errors as UI text.
+"""Failures talking to a vLLM-Omni server, as LauncherError text naming the setting to change.
 
-Policy (modelled on ComfyUI's own API nodes, comfyui-nodes.md section 3.3):
-
-* Connection errors and HTTP 408/429/502/503/504 are retried with exponential backoff
-  (`RetryPolicy`: 5 tries, 0.5 s doubling, capped at 4 s). Other 4xx are never retried.
-* A request that must not run twice (job submit) is retried only when the connection
-  failed before anything was sent (refused, unresolvable, connect timeout).
-* Waits between tries are cut into <= 0.25 s slices that check `should_cancel`.
-* Every failure becomes a `LauncherError` with the upstream body kept in `raw`, and the
-  API key is scrubbed from anything we put into an error or a log line.
-
-Upstream error shapes (vllm-omni-serving.md section 4.2/4.3, checked against the 0.30 wheel):
+Two families: the exchange itself failed (refused, cut, past a deadline, answer over its cap),
+or the server answered with an error. Upstream error shapes (checked against the 0.30 wheel's
+FastAPI app and exception handlers):
 `{"error": {"message", "type", "param": "body.<field>" | null, "code"}}` for 4xx/5xx,
 `{"error": "Unauthorized"}` for a missing/wrong key, and a failed job's own body
 (`{"id", "status": "failed", "error": {"code", "message"}, ...}`) with HTTP 500.
+
+Everything a server sends is untrusted: terminal control characters and escape sequences are
+stripped (`strip_control`) before any of it reaches an error's text, and callers scrub the API
+key from it first (`redact`).
 """
 from __future__ import annotations
 
 import json
-import logging
 import re
-import time
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Iterable, Optional
 
 import requests
 
 from ..errors import LauncherError
+from ..server.local_config import key_setup_hint
+from ..server.redact import strip_control
 
-log = logging.getLogger(__name__)
-
+# Statuses that mean "busy, starting or behind a failing proxy: ask again" (retried by the transport).
 RETRY_STATUSES = frozenset({408, 429, 502, 503, 504})
-KEY_ENV = "VLLM_OMNI_LAUNCHER_REMOTE_API_KEY"
-CANCEL_CHECK_S = 0.25
+KEY_SETTING = "remote_servers"
+CONFIG_FILE = "vllm_omni_launcher.json"
+
+
+def redact(text: str, secret: Optional[str]) -> str:
+    """`text` with the API key replaced by ***."""
+    if secret and text:
+        return text.replace(secret, "***")
+    return text
+
+# ----------------------------------------------------------------------------- connection, deadline, size
+
+def _exception_chain(exc: BaseException) -> Iterable[BaseException]:
+    seen: set[int] = set()
+    stack: list[Any] = [exc]
+    while stack:
+        item = stack.pop()
+        if not isinstance(item, BaseException) or id(item) in seen:
+            continue
+        seen.add(id(item))
+        yield item
+        stack.extend([item.__cause__, item.__context__, getattr(item, "reason", None)])
+        stack.extend(a for a in getattr(item, "args", ()) if isinstance(a, BaseException))
+
+
+def not_sent(exc: BaseException) -> bool:
+    """True when the request certainly never reached the server (safe to repeat a POST)."""
+    from urllib3.exceptions import ConnectTimeoutError, NewConnectionError  # noqa: PLC0415
+
+    if isinstance(exc, requests.exceptions.ConnectTimeout):
+        return True
+    return any(isinstance(e, (NewConnectionError, ConnectTimeoutError, ConnectionRefusedError))
+               for e in _exception_chain(exc))
+
+
+def refused(exc: BaseException) -> bool:
+    return any(isinstance(e, ConnectionRefusedError) or "Connection refused" in str(e)
+               for e in _exception_chain(exc))
+
+
+def unreachable_error(base_url: str, exc: BaseException, secret: Optional[str] = None,
+                      *, tries: int = 1) -> LauncherError:
+    """Connection-level failure as UI text (refused, DNS, timeout, reset)."""
+    raw = strip_control(redact(f"{type(exc).__name__}: {exc}", secret))
+    after = f" (after {tries} tries)" if tries > 1 else ""
+    if refused(exc):
+        return LauncherError(
+            f"Cannot reach the vLLM-Omni server at {base_url}{after}",
+            "the connection was refused: nothing is listening there. The server is not running, "
+            "has exited, is still loading the model (vLLM-Omni opens its port only once the weights "
+            "are loaded and warm), or the URL/port is wrong",
+            "start the server with the launcher node (or wait until it reports ready), and check the URL",
+            setting="server", raw=raw, kind="refused")
+    if isinstance(exc, requests.exceptions.Timeout):
+        return LauncherError(
+            f"The vLLM-Omni server at {base_url} did not answer in time{after}",
+            "the connection or the response timed out; the host may be overloaded, asleep or behind "
+            "a firewall, or the server is wedged",
+            "check that the server is up (GET /health) and that the machine is reachable",
+            setting="server", raw=raw, kind="timeout")
+    return LauncherError(
+        f"Lost the connection to the vLLM-Omni server at {base_url}{after}",
+        "the network connection failed or was closed before an answer came back "
+        "(server crashed or restarted, or a network problem)",
+        "check the server log and that it is still running, then queue the prompt again",
+        setting="server", raw=raw, kind="lost")
+
+
+def deadline_error(base_url: str, what: str, stage: str, seconds: float, *, tries: int = 1) -> LauncherError:
+    """A try that ran past a deadline, naming the local config key that sets it."""
+    after = f" (after {tries} tries)" if tries > 1 else ""
+    if stage == "body":
+        key = "body_timeout_s"
+        head = f"{what}: the download from {base_url} did not finish within {seconds:g} s{after}"
+        why = ("the server kept the answer open (or sent it a few bytes at a time) past the whole-body "
+               "deadline; it is overloaded, the network is very slow, or it is not a vLLM-Omni server")
+    else:
+        key = "first_byte_timeout_s"
+        head = f"{what}: the server at {base_url} sent no complete answer within {seconds:g} s{after}"
+        why = ("its answer had not arrived, or was trickling in a few bytes at a time, when the deadline "
+               "passed; the server is overloaded or wedged, or it is not a vLLM-Omni server")
+    return LauncherError(
+        head, why,
+        f"check the server (GET /health and its log); if it is only slow, raise {key} in the launcher's "
+        f"local config ({CONFIG_FILE} or VLLM_OMNI_LAUNCHER_{key.upper()})",
+        setting=key, kind="timeout")
+
+
+def too_large_error(base_url: str, what: str, *, limit: int, size: int, announced: bool,
+                    cap_reason: str) -> LauncherError:
+    """An answer over the call's cap: `announced` by its Content-Length, or seen while reading."""
+    got = f"announced {_mb(size)}" if announced else f"sent more than {_mb(limit)}"
+    return LauncherError(
+        f"{what}: the server at {base_url} {got}, over the launcher's cap of {_mb(limit)}",
+        (cap_reason or "no vLLM-Omni answer to this call is that large")
+        + ("; the launcher refused it before reading" if announced else "; the launcher stopped reading at the cap")
+        + ", so the server is misbehaving or is not vLLM-Omni",
+        f"check which program answers at {base_url} and its log", setting="server")
+
+
+def _mb(size: int) -> str:
+    return f"{size / (1 << 20):.1f} MiB"
+
+
+# ----------------------------------------------------------------------------- HTTP error answers
 
 # Form field (upstream) -> setting name the user sees (node widget).
 FIELD_SETTINGS: dict[str, str] = {
@@ -70,120 +167,19 @@ FIELD_LIMITS: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Bounded exponential backoff: `tries` attempts, `base_s` doubling, each wait <= `max_s`."""
-
-    tries: int = 5
-    base_s: float = 0.5
-    factor: float = 2.0
-    max_s: float = 4.0
-
-    def delays(self) -> list[float]:
-        """The waits between attempts (len = tries - 1)."""
-        return [min(self.max_s, self.base_s * self.factor ** i) for i in range(max(0, self.tries - 1))]
-
-
-class Cancelled(Exception):
-    """Internal: should_cancel() turned true while waiting between tries."""
-
-
-def sleep_checking(seconds: float, should_cancel: Optional[Callable[[], bool]],
-                   sleep: Callable[[float], None] = time.sleep) -> None:
-    """Sleep `seconds` in <= 0.25 s slices, raising Cancelled as soon as should_cancel() is true."""
-    left = float(seconds)
-    while True:
-        if should_cancel is not None and should_cancel():
-            raise Cancelled()
-        if left <= 0:
-            return
-        step = min(CANCEL_CHECK_S, left)
-        sleep(step)
-        left -= step
-
-
-def redact(text: str, secret: Optional[str]) -> str:
-    if secret and text:
-        return text.replace(secret, "***")
-    return text
-
-
-# ----------------------------------------------------------------------------- connection errors
-
-def _exception_chain(exc: BaseException) -> Iterable[BaseException]:
-    seen: set[int] = set()
-    stack: list[Any] = [exc]
-    while stack:
-        item = stack.pop()
-        if not isinstance(item, BaseException) or id(item) in seen:
-            continue
-        seen.add(id(item))
-        yield item
-        stack.extend([item.__cause__, item.__context__, getattr(item, "reason", None)])
-        stack.extend(a for a in getattr(item, "args", ()) if isinstance(a, BaseException))
-
-
-def not_sent(exc: BaseException) -> bool:
-    """True when the request certainly never reached the server (safe to repeat a POST)."""
-    from urllib3.exceptions import ConnectTimeoutError, NewConnectionError  # noqa: PLC0415
-
-    if isinstance(exc, requests.exceptions.ConnectTimeout):
-        return True
-    return any(isinstance(e, (NewConnectionError, ConnectTimeoutError, ConnectionRefusedError))
-               for e in _exception_chain(exc))
-
-
-def refused(exc: BaseException) -> bool:
-    return any(isinstance(e, ConnectionRefusedError) or "Connection refused" in str(e)
-               for e in _exception_chain(exc))
-
-
-def unreachable_error(base_url: str, exc: BaseException, secret: Optional[str] = None,
-                      *, tries: int = 1) -> LauncherError:
-    """Connection-level failure as UI text (refused, DNS, timeout, reset)."""
-    raw = redact(f"{type(exc).__name__}: {exc}", secret)
-    after = f" (after {tries} tries)" if tries > 1 else ""
-    if refused(exc):
-        err = LauncherError(
-            f"Cannot reach the vLLM-Omni server at {base_url}{after}",
-            "the connection was refused: nothing is listening there. The server is not running, "
-            "has exited, is still loading the model (vLLM-Omni opens its port only once the weights "
-            "are loaded and warm), or the URL/port is wrong",
-            "start the server with the launcher node (or wait until it reports ready), and check the URL",
-            setting="server",
-            raw=raw,
-        )
-        err.kind = "refused"
-    elif isinstance(exc, requests.exceptions.Timeout):
-        err = LauncherError(
-            f"The vLLM-Omni server at {base_url} did not answer in time{after}",
-            "the connection or the response timed out; the host may be overloaded, asleep or behind "
-            "a firewall, or the server is wedged",
-            "check that the server is up (GET /health) and that the machine is reachable",
-            setting="server",
-            raw=raw,
-        )
-        err.kind = "timeout"
-    else:
-        err = LauncherError(
-            f"Lost the connection to the vLLM-Omni server at {base_url}{after}",
-            "the network connection failed or was closed before an answer came back "
-            "(server crashed or restarted, or a network problem)",
-            "check the server log and that it is still running, then queue the prompt again",
-            setting="server",
-            raw=raw,
-        )
-        err.kind = "lost"
-    return err
-
-
-# ----------------------------------------------------------------------------- HTTP errors
-
 def parse_body(text: str) -> Any:
     try:
         return json.loads(text)
     except (ValueError, TypeError):
         return None
+
+
+def model_ids(body: Any) -> Optional[list[str]]:
+    """Served model names in a GET /v1/models answer, or None when it is not a model list."""
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, list):
+        return None
+    return [strip_control(str(m["id"])) for m in data if isinstance(m, dict) and m.get("id")]
 
 
 def error_message(body: Any, text: str) -> str:
@@ -208,6 +204,7 @@ def error_field(body: Any, message: str) -> Optional[str]:
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         param = body["error"].get("param")
         if isinstance(param, str) and param:
+            param = strip_control(param)
             return param.split(".")[-1] if param.startswith("body.") or "." in param else param
     # pydantic text: "1 validation error for VideoGenerationRequest\nnum_inference_steps\n  Input ..."
     for line in message.splitlines():
@@ -232,7 +229,9 @@ OOM_FIX = ("lower width/height or frames, enable VAE tiling, CPU offload or a pa
 
 
 def job_failed_error(job_id: str, message: str, raw: str, code: Any = None) -> LauncherError:
-    """A job the server marked failed, with the OOM case explained."""
+    """A job the server marked failed, with the OOM case explained. All three strings come from
+    the server; they are shown without control characters."""
+    job_id, message, raw = strip_control(job_id), strip_control(message), strip_control(raw)
     if is_oom(message):
         return LauncherError(
             f"The GPU ran out of memory while generating job {job_id}",
@@ -285,11 +284,13 @@ def _first_line(text: str, limit: int = 200) -> str:
 
 
 def http_error(status: int, text: str, *, what: str, base_url: str, sent_key: bool,
-               job_id: Optional[str] = None, secret: Optional[str] = None) -> LauncherError:
-    """An HTTP error answer from the server as UI text. `what` names the operation."""
-    text = redact(text or "", secret)
+               job_id: Optional[str] = None) -> LauncherError:
+    """An HTTP error answer from the server (`text`: its body, the key already scrubbed) as UI
+    text. `what` names the operation."""
+    text = strip_control(text or "")
+    job_id = strip_control(job_id) if job_id else job_id
     body = parse_body(text)
-    message = error_message(body, text)
+    message = strip_control(error_message(body, text))   # JSON escapes (\u001b) decode to controls
     raw = f"HTTP {status}: {text.strip()}" if text.strip() else f"HTTP {status}"
 
     if isinstance(body, dict) and body.get("status") == "failed" and body.get("id"):
@@ -302,16 +303,15 @@ def http_error(status: int, text: str, *, what: str, base_url: str, sent_key: bo
             return LauncherError(
                 f"The vLLM-Omni server at {base_url} rejected the API key",
                 "it was started with --api-key (VLLM_API_KEY) and the key the launcher sent does not match",
-                "set the right key for this URL in the launcher's local config (remote_api_keys in "
-                f"vllm_omni_launcher.json) or in {KEY_ENV}; keys never come from workflow widgets",
-                setting=KEY_ENV, raw=raw)
+                f"give this server its right key: {key_setup_hint(base_url)}",
+                setting=KEY_SETTING, raw=raw)
         return LauncherError(
             f"The vLLM-Omni server at {base_url} requires an API key",
             "it was started with --api-key (VLLM_API_KEY), so /v1/* needs 'Authorization: Bearer <key>', "
-            "and no key is configured for this URL",
-            "put the key in the launcher's local config (remote_api_keys in vllm_omni_launcher.json) or in "
-            f"{KEY_ENV}; keys never come from workflow widgets",
-            setting=KEY_ENV, raw=raw)
+            "and the launcher's local config names no key for this server's origin (keys are only sent "
+            "to origins the operator configured)",
+            key_setup_hint(base_url),
+            setting=KEY_SETTING, raw=raw)
 
     if status in (400, 422):
         if status == 422 and job_id and "generation failed" in message.lower():
@@ -386,115 +386,3 @@ def http_error(status: int, text: str, *, what: str, base_url: str, sent_key: bo
     return LauncherError(
         f"{what}: unexpected HTTP {status} from {base_url}",
         _first_line(message) or "no message", "check the server log", raw=raw)
-
-
-# ----------------------------------------------------------------------------- transport
-
-class Transport:
-    """requests.Session + retries. Holds the key; never shows it."""
-
-    def __init__(self, base_url: str, api_key: Optional[str], *, retry: RetryPolicy,
-                 timeout: tuple[float, float], sleep: Callable[[float], None] = time.sleep) -> None:
-        self.base_url = base_url.rstrip("/")
-        self._key = api_key or None
-        self.retry = retry
-        self.timeout = timeout
-        self.sleep = sleep
-        self.session = requests.Session()
-        # A loopback server must not go through HTTP(S)_PROXY from the environment
-        # (requests only bypasses it when NO_PROXY lists the host); remote ones may need it.
-        self.session.trust_env = not _is_loopback(self.base_url)
-        if self._key:
-            self.session.headers["Authorization"] = f"Bearer {self._key}"
-
-    @property
-    def has_key(self) -> bool:
-        return self._key is not None
-
-    def redact(self, text: str) -> str:
-        return redact(text, self._key)
-
-    def close(self) -> None:
-        self.session.close()
-
-    def __repr__(self) -> str:
-        return f"Transport({self.base_url!r}, api_key={'set' if self._key else None})"
-
-    def request(self, method: str, path: str, *, what: str, idempotent: bool = True,
-                ok: Callable[[int], bool] = lambda s: 200 <= s < 300,
-                job_id: Optional[str] = None, should_cancel: Optional[Callable[[], bool]] = None,
-                timeout: Optional[tuple[float, float]] = None, stream: bool = False,
-                retry: Optional[RetryPolicy] = None, **kwargs: Any) -> requests.Response:
-        """One call with the retry policy. Returns a response whose status `ok` accepts.
-
-        Raises LauncherError (mapped), or Cancelled when should_cancel() turns true between tries.
-        """
-        url = self.base_url + path
-        policy = retry or self.retry
-        delays = policy.delays()
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                resp = self.session.request(method, url, timeout=timeout or self.timeout, stream=stream, **kwargs)
-            except requests.exceptions.RequestException as exc:
-                retriable = not_sent(exc) or idempotent
-                if not retriable or attempt > len(delays) or isinstance(exc, requests.exceptions.InvalidURL):
-                    raise unreachable_error(self.base_url, exc, self._key, tries=attempt) from None
-                log.debug("%s %s: %s; retry %d in %.2fs", method, path, type(exc).__name__, attempt,
-                          delays[attempt - 1])
-                sleep_checking(delays[attempt - 1], should_cancel, self.sleep)
-                continue
-            if ok(resp.status_code):
-                return resp
-            if resp.status_code in RETRY_STATUSES and idempotent and attempt <= len(delays):
-                wait = delays[attempt - 1]
-                after = _retry_after(resp)
-                if after is not None:
-                    wait = min(max(wait, after), policy.max_s * 4)
-                resp.close()
-                log.debug("%s %s: HTTP %d; retry %d in %.2fs", method, path, resp.status_code, attempt, wait)
-                sleep_checking(wait, should_cancel, self.sleep)
-                continue
-            text = _read_text(resp)
-            raise http_error(resp.status_code, text, what=what, base_url=self.base_url,
-                             sent_key=self.has_key, job_id=job_id, secret=self._key)
-
-
-def _is_loopback(url: str) -> bool:
-    import ipaddress  # noqa: PLC0415
-    from urllib.parse import urlsplit  # noqa: PLC0415
-
-    host = (urlsplit(url).hostname or "").strip("[]").lower()
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _retry_after(resp: requests.Response) -> Optional[float]:
-    value = resp.headers.get("Retry-After")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None
-
-
-def _read_text(resp: requests.Response, limit: int = 64 * 1024) -> str:
-    try:
-        data = resp.raw.read(limit, decode_content=True) if resp.raw is not None and not resp._content_consumed \
-            else resp.content[:limit]
-        if isinstance(data, bytes):
-            return data.decode(resp.encoding or "utf-8", errors="replace")
-        return str(data)
-    except Exception:  # noqa: BLE001 - the body is only for the error text
-        try:
-            return resp.text[:limit]
-        except Exception:  # noqa: BLE001
-            return ""
-    finally:
-        resp.close()

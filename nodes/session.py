@@ -1,0 +1,280 @@
+"""What the nodes ask of the core: a server to use, one job run on it, a report.
+
+Each node is a schema plus one call into this module, which opens the right client for a
+handle and runs the work with the node's reporter (progress.py) for progress, status text
+and Cancel. Keys are looked up here, at use, from the registry (our own servers) or the
+local configuration (remote servers): never from a widget, never carried in a handle.
+
+Local servers are found by the fingerprint of the launch spec asked for, not by process:
+a server the supervisor restarted is used as it is now (port, key), and one that is no
+longer running (keep-alive, Stop Server, gave up after crashes) is started again from the
+handle's model and serving choices, with the launch's progress on the Generate node. So
+the Local Server node needs no IS_CHANGED: re-queueing an unchanged graph runs nothing.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, NoReturn, Optional
+
+from ..client.api import LOCAL_LOG_HINT, REMOTE_LOG_HINT, GenerationCancelled, GenerationResult, VideoClient
+from ..client.frames import image_to_png
+from ..client.transport import Deadlines
+from ..errors import LauncherError
+from ..models import request_for
+from ..planner.doctor import run_doctor
+from ..server import registry
+from ..server.local_config import LocalConfig, load_local_config, origin
+from . import comfy_bridge, progress
+from .handles import ModelChoice, RequestLimit, ServerHandle, ServingChoice
+from .serving import ServingPlan, resolve_spec
+
+USE_URL = "(use url)"        # Remote Server: no configured server picked, the url widget applies
+
+
+# ----------------------------------------------------------------------------- local servers
+def start_local(model: ModelChoice, serving: ServingChoice, node_id: Optional[str]) -> ServerHandle:
+    """Start (or reuse) the server for these choices; the plan and the launch show on the node."""
+    with progress.reporting(node_id, "Planning the launch") as reporter:
+        config = load_local_config()
+        sup, plan = _launch(model, serving, config, reporter)
+        status = sup.status()
+        text = status.text + (f"\n{status.fallback_note}" if status.fallback_note else "")
+        reporter.text(text + (f"\n\n{plan.text}" if plan.text else ""))
+        return ServerHandle("local", sup.url or "", sup.spec.served_name, sup.spec.family.key,
+                            server_id=plan.spec.fingerprint(), server_version=sup.server_version,
+                            model=model, serving=serving, limit=plan.limit)
+
+
+def _launch(model: ModelChoice, serving: ServingChoice, config: LocalConfig,
+            reporter: progress.NodeReporter) -> tuple[Any, ServingPlan]:
+    plan = resolve_spec(model, serving, config)
+    if plan.text:
+        reporter.text(plan.text)
+    try:
+        sup = registry.get_or_start(plan.spec, config, fallback=plan.fallback, on_status=reporter.launch_status,
+                                    keep_alive_minutes=serving.keep_alive_minutes,
+                                    should_cancel=reporter.cancel_requested)
+    except registry.LaunchCancelled:
+        reporter.text("Cancelled while starting: the server and all its processes were stopped")
+        _end_interrupted()
+    return sup, plan
+
+
+def _running_local(handle: ServerHandle, config: LocalConfig, reporter: progress.NodeReporter) -> Any:
+    """The live supervisor for a local handle, started again when it no longer runs."""
+    sup = registry.find(handle.server_id)
+    if sup is not None and sup.ready():
+        return sup
+    if handle.model is None or handle.serving is None:
+        raise LauncherError("The local server is not running", "it was stopped or died, and this handle does "
+                            "not say how to start it", "connect a Local Server node and queue again",
+                            setting="server")
+    reporter.text("The local server is not running (stopped, idle or crashed): starting it again")
+    sup, _ = _launch(handle.model, handle.serving, config, reporter)
+    return sup
+
+
+# ----------------------------------------------------------------------------- remote servers
+def remote_choices() -> list[str]:
+    """Remote Server's list: 'use the url', then the servers this machine's config names."""
+    try:
+        names = sorted(load_local_config().remote_servers)
+    except LauncherError:
+        names = []          # a broken config is reported when the node runs, not by hiding the node
+    return [USE_URL, *names]
+
+
+def remote_identity(url: str, remote_name: str) -> str:
+    """What a Remote Server node stands for: the configured URL of a named server, else the url
+    widget (IS_CHANGED: editing the config's URL for a name re-runs the node). Never raises."""
+    if remote_name and remote_name != USE_URL:
+        try:
+            server = load_local_config().remote_servers.get(remote_name)
+        except LauncherError:
+            server = None
+        return f"{remote_name}={server.url if server is not None else ''}"
+    return url.strip()
+
+
+def connect_remote(url: str, family_key: str, remote_name: str, node_id: Optional[str]) -> ServerHandle:
+    """Check a remote server answers with a model, and name it (its key stays in the config)."""
+    with progress.reporting(node_id, "Connecting") as reporter:
+        config = load_local_config()
+        name, base, key = _remote_target(config, url, remote_name)
+        with VideoClient(base, api_key=key, deadlines=Deadlines.from_config(config)) as client:
+            names = client.models()
+        if not names:
+            raise LauncherError(f"The server at {base} serves no model", "/v1/models returned an empty list",
+                                "check the server's log", setting="url")
+        reporter.text(f"Connected: {names[0]} at {base}" + (f" ({name})" if name else "")
+                      + ("; API key from the local config" if key else ""))
+        return ServerHandle("remote", base, names[0], family_key, remote_name=name)
+
+
+def _remote_target(config: LocalConfig, url: str, remote_name: str) -> tuple[str, str, Optional[str]]:
+    """(configured name or "", base URL, key). A typed URL gets a key only when the local
+    config names its origin; a configured name brings its own URL and key."""
+    if remote_name and remote_name != USE_URL:
+        server = config.remote_servers.get(remote_name)
+        if server is None:
+            raise LauncherError(
+                f"Remote server '{remote_name}' is not configured on this machine",
+                "Remote Server lists the servers named in this machine's launcher config (remote_servers)",
+                f"add '{remote_name}' to remote_servers in vllm_omni_launcher.json, or pick "
+                f"'{USE_URL}' and type the server's URL", setting="remote_server")
+        return remote_name, server.url.rstrip("/"), server.api_key
+    base = url.strip().rstrip("/")
+    if base.endswith("/v1"):
+        base = base[:-3]
+    origin(base)            # refuses anything that is not an http(s) URL with a host, naming the widget
+    return "", base, config.api_key_for(base)
+
+
+def _remote_key(handle: ServerHandle, config: LocalConfig) -> tuple[str, Optional[str]]:
+    name = handle.remote_name
+    _, base, key = _remote_target(config, handle.url, name or USE_URL)
+    return base, key
+
+
+# ----------------------------------------------------------------------------- one job
+def generate_video(handle: ServerHandle, *, image: Any = None, node_id: Optional[str] = None,
+                   **widgets: Any) -> tuple[Any, float, Any]:
+    """One job: (IMAGE frames, fps, VIDEO). Widgets are Generate Video's, 0 / -1 meaning the
+    model's value (or the serving plan's, when the plan fits less than the model's default)."""
+    with progress.reporting(node_id, "Checking the request") as reporter:
+        widgets, note = _apply_limit(handle.limit, widgets)
+        png = image_to_png(comfy_bridge.image_to_uint8(image)) if image is not None else None
+        request = request_for(handle.family, image_png=png, **widgets)
+        result = _run(handle, request, reporter)
+        video = result.video
+        reporter.text(f"Done: {video.num_frames} frames {video.width}x{video.height} at {video.fps:g} fps "
+                      f"in {result.timings.get('decoded', 0.0):.1f}s" + (f"\n{note}" if note else ""))
+        return (comfy_bridge.to_image(video.frames), float(video.fps),
+                comfy_bridge.make_video(result.mp4, video.fps))
+
+
+def _apply_limit(limit: Optional[RequestLimit], widgets: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """Where the widgets ask for the model's size or frames and the plan fits less, use the plan's."""
+    if limit is None:
+        return widgets, ""
+    changed = dict(widgets)
+    if not widgets.get("width") and not widgets.get("height"):
+        changed.update(width=limit.width, height=limit.height)
+    if not widgets.get("frames"):
+        changed["frames"] = limit.frames
+    names = [k for k in ("width", "height", "frames") if changed.get(k) != widgets.get(k)]
+    if not names:
+        return widgets, ""
+    return changed, f"{', '.join(names)} from the serving plan ({limit.note})"
+
+
+def _run(handle: ServerHandle, request: Any, reporter: progress.NodeReporter) -> GenerationResult:
+    config = load_local_config()
+    sup = _running_local(handle, config, reporter) if handle.kind == "local" else None
+    if sup is not None:
+        url, key, version = sup.url, sup.api_key, sup.server_version
+    else:
+        (url, key), version = _remote_key(handle, config), handle.server_version
+    units = progress.work_units(request.width, request.height, request.num_frames, request.steps)
+    last = sup.progress() if sup is not None else None
+    tracker = progress.JobProgress(
+        reporter, request.steps, local_progress=sup.progress if sup is not None else None,
+        run_floor=last.run_id if last is not None else -1,
+        remote_estimate_s=None if sup is not None else progress.estimate(url, handle.family_key, units))
+
+    def on_update(update: Any) -> None:
+        if sup is not None:
+            sup.mark_job_activity()
+        tracker.on_update(update)
+
+    reporter.text("Submitting the job")
+    client = VideoClient(url, api_key=key, served_name=handle.served_name, server_version=version,
+                         deadlines=Deadlines.from_config(config),
+                         log_hint=LOCAL_LOG_HINT if sup is not None else REMOTE_LOG_HINT)
+    try:
+        with client:
+            result = client.generate(request, on_update=on_update, should_cancel=reporter.cancel_requested)
+    except GenerationCancelled as cancelled:
+        _explain_cancel(cancelled, sup, reporter)
+        _end_interrupted()
+    tracker.finish()
+    if sup is None:
+        progress.learn(url, handle.family_key, units, result.timings.get("running", 0.0))
+    return result
+
+
+def _explain_cancel(cancelled: GenerationCancelled, sup: Any, reporter: progress.NodeReporter) -> None:
+    unconfirmed = "" if cancelled.deleted else " (the server did not confirm the deletion)"
+    if not cancelled.job_id or cancelled.status == "queued":
+        reporter.text("Cancelled before the job reached the GPU" + unconfirmed)
+    elif cancelled.status == "completed":
+        reporter.text("Cancelled while downloading the finished video")
+    elif sup is not None:
+        reporter.text("Cancelled and deleted" + unconfirmed + ". vLLM-Omni cannot stop a Wan denoise it has "
+                      "started: if the GPU is still on it in 15 s, the launcher restarts the server to free it")
+        # In the background: the node ends now, the supervisor watches the GPU.
+        threading.Thread(target=sup.hard_cancel, args=(cancelled.job_id,), daemon=True,
+                         name="vllm-omni-hard-cancel").start()
+    else:
+        reporter.text("Cancelled and deleted on the remote server" + unconfirmed + ". A Wan denoise it has "
+                      "started keeps that server's GPU busy until it ends (vLLM-Omni cannot abort it), so its "
+                      "next job waits for that")
+
+
+def _end_interrupted() -> NoReturn:
+    comfy_bridge.raise_interrupted()
+    raise AssertionError("unreachable")  # pragma: no cover - raise_interrupted always raises
+
+
+# ----------------------------------------------------------------------------- reports
+def server_report(handle: Optional[ServerHandle], node_id: Optional[str]) -> dict[str, Any]:
+    """Phase, GPUs, URL and last error of launcher-started servers (or of the one given)."""
+    servers = registry.all_servers()
+    if handle is not None and handle.kind == "local":
+        found = registry.find(handle.server_id)
+        servers = [found] if found is not None else []
+    lines = []
+    for sup in servers:
+        st = sup.status()
+        gpus = ",".join(map(str, sup.spec.gpus)) if sup.spec.gpus is not None else "all visible"
+        line = f"{sup.spec.served_name} on GPUs {gpus} at {st.url or '(no port yet)'}: {st.text}"
+        if st.last_error:
+            line += f"\n  last error: {st.last_error}"
+        lines.append(line)
+    if handle is not None and handle.kind == "remote":
+        with VideoClient(handle.url) as client:
+            answering = "answering /health" if client.health() else "NOT answering /health"
+        lines.append(f"{handle.served_name} at {handle.url}: remote, {answering} (not supervised here)")
+    if handle is not None and handle.kind == "local" and not servers:
+        lines.append(f"{handle.served_name}: not running (Generate Video starts it again when it runs)")
+    return show("\n".join(lines) or "No launcher-started server is running.", node_id)
+
+
+def stop_servers(handle: Optional[ServerHandle], stop_all: bool, node_id: Optional[str]) -> dict[str, Any]:
+    """Stop launcher-started servers: the one given, or all (never a process we did not start)."""
+    if handle is not None and handle.kind == "remote" and not stop_all:
+        report = f"{handle.url} is a remote server; the launcher only stops servers it started."
+    elif stop_all or handle is None:
+        count = len(registry.all_servers())
+        registry.stop_all()
+        report = f"Stopped {count} server(s)." if count else "No launcher-started server was running."
+    else:
+        stopped = registry.stop(handle.server_id)
+        report = f"Stopped the server for {handle.served_name}." if stopped else \
+            f"No running server for {handle.served_name}."
+    return show(report, node_id)
+
+
+def doctor_report(model: Optional[ModelChoice], node_id: Optional[str]) -> dict[str, Any]:
+    """The doctor's checks for this machine (and model), each problem with its fix."""
+    with progress.reporting(node_id, "Checking GPUs, the server environment, disk and ports"):
+        report = run_doctor(model.model if model is not None else None, config=load_local_config())
+    return show(report.text(), node_id)
+
+
+def show(text: str, node_id: Optional[str]) -> dict[str, Any]:
+    """A report node's result: the text under the node (the front end's progress-text widget),
+    in the STRING output (wire it to Preview Any), and in the prompt's history (ui.text)."""
+    progress.NodeReporter(node_id).text(text)
+    return {"ui": {"text": [text]}, "result": (text,)}
+

@@ -1,0 +1,63 @@
+"""The environment a launched server process gets: only what vLLM-Omni needs.
+
+ComfyUI's own environment holds things the server must never see -- the launcher's remote
+API keys (VLLM_OMNI_LAUNCHER_*), a VLLM_API_KEY meant for something else, ComfyUI's
+PYTHONPATH (which would shadow the server venv's packages) and whatever else the user's
+shell exports. So the child starts from an allow-list of the parent's variables (system
+basics, CUDA / NVIDIA / NCCL, Hugging Face, torch / Triton caches, VLLM_* tuning), then the
+operator's `extra_env` from the local config, then the launch's own variables (the spec's
+CUDA_VISIBLE_DEVICES and the fresh per-launch VLLM_API_KEY).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # typing only: local_config imports is_reserved_name from here
+    from .local_config import LocalConfig
+
+LAUNCHER_PREFIX = "VLLM_OMNI_LAUNCHER_"
+API_KEY_VAR = "VLLM_API_KEY"
+
+# Parent variables passed by exact name.
+INHERITED_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "LANGUAGE", "TZ",
+    "TMPDIR", "TMP", "TEMP",
+    "LD_LIBRARY_PATH", "LIBRARY_PATH", "CC", "CXX",            # Triton / inductor compile kernels
+    "HUGGING_FACE_HUB_TOKEN",                                   # old name of HF_TOKEN
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY",       # model downloads behind a proxy
+    "http_proxy", "https_proxy", "no_proxy", "all_proxy",
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+    "DIFFUSION_ATTENTION_BACKEND",                              # vLLM-Omni's fallback for the flag
+})
+# Parent variables passed by prefix (VLLM_ minus the reserved names below).
+INHERITED_PREFIXES = (
+    "LC_", "XDG_",
+    "CUDA_", "NVIDIA_", "NCCL_", "CUBLAS_", "CUDNN_", "GLOO_", "HIP_", "ROCM_", "ROCR_",
+    "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "DIFFUSERS_",
+    "TORCH_", "TORCHINDUCTOR_", "PYTORCH_", "TRITON_",
+    "VLLM_",
+)
+
+
+def is_reserved_name(name: str) -> bool:
+    """Variables no server may receive from ComfyUI or the operator's extra_env: the launcher's
+    own settings (they hold its remote keys) and VLLM_API_KEY (each launch makes its own)."""
+    upper = name.upper()
+    return upper == API_KEY_VAR or upper.startswith(LAUNCHER_PREFIX)
+
+
+def is_inherited(name: str) -> bool:
+    """Whether the parent's variable `name` reaches the server."""
+    return not is_reserved_name(name) and (name in INHERITED_NAMES or name.startswith(INHERITED_PREFIXES))
+
+
+def server_environment(parent: Mapping[str, str], config: "LocalConfig",
+                       launch_env: Mapping[str, str]) -> dict[str, str]:
+    """The child's environment: allow-listed `parent` variables, then `config.extra_env` (the
+    config refuses reserved names there), then `launch_env`, each layer overriding the last."""
+    env = {name: value for name, value in parent.items() if is_inherited(name)}
+    env.update(config.extra_env)
+    env.update(launch_env)
+    return env

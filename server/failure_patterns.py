@@ -1,0 +1,32 @@
+"""The strings by which vLLM-Omni's output reveals a failure, written down once.
+
+The log watcher (is this line an out-of-memory error during a job?), the failure
+classifier (why did the server exit?) and the HTTP client (why did this job fail?) all
+recognise the same upstream texts; they import them from here so a new torch or vLLM
+wording is taught in one place.
+"""
+from __future__ import annotations
+
+import re
+
+# torch: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ..." (older torch:
+# torch.cuda.OutOfMemoryError); the job error body repeats the message.
+OOM = re.compile(r"CUDA out of memory|OutOfMemoryError")
+# "Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.50 GiB is free"
+OOM_DETAIL = re.compile(r"Tried to allocate ([\d.]+ [GM]iB)\.? GPU (\d+) has a total capacity of ([\d.]+ [GM]iB) "
+                        r"of which ([\d.]+ [GM]iB) is free")
+# vLLM tags each line with the process that printed it: "(APIServer pid=914) ", "(Worker pid=12) ".
+PID_PREFIX = r"\([A-Za-z_]+ pid=\d+\)\s*"
+PID_PREFIX_RE = re.compile(r"^\s*(?:" + PID_PREFIX + r")?")
+# upstream only warns when vllm and vllm-omni of different major.minor are installed together
+VERSION_MISMATCH = re.compile(r"mismatched major/minor versions")
+
+
+def is_oom(text: str) -> bool:
+    """Whether `text` (a log line or an error body) reports a CUDA out-of-memory error."""
+    return bool(OOM.search(text))
+
+
+def strip_pid_prefix(line: str) -> str:
+    """`line` without leading blanks and vLLM's "(APIServer pid=N) " tag."""
+    return PID_PREFIX_RE.sub("", line, count=1)

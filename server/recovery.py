@@ -1,0 +1,192 @@
+"""What a supervisor does once its server has been ready: restart, fall back, give up, idle-stop.
+
+monitor.py notices events (exit, hang, idle, queued requests); this half of the Supervisor
+reacts to them. A crash or a hang restarts the server within the restart budget
+(restart_policy.py) on the same port, a permanent failure (a config error) or a spent budget
+ends it as failed with the reason, a job that ran out of memory switches to the fallback's
+leaner spec, a hard cancel restarts a server whose GPU is still busy with a cancelled job,
+and the keep-alive stops an idle one. Every reaction runs under the supervisor's operation
+lock, so it never overlaps a start or a stop.
+
+`Recovery` is a mixin of `Supervisor` (supervisor.py), split out to keep each file about one
+concern; the annotations below are the supervisor state and methods it relies on.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from ..errors import LauncherError
+from . import failures, timeouts
+from .failures import ServerFailure
+from .restart_policy import RestartPolicy
+from .status import FAILED, READY, RESTARTING, STOPPED, StatusBoard
+
+if TYPE_CHECKING:
+    from .logwatch import ProgressTracker
+    from .monitor import Monitor
+    from .server_run import ServerRun
+    from .spec import LaunchSpec
+
+
+class Recovery:
+    """The monitor's hooks and the restart logic of a Supervisor."""
+
+    if TYPE_CHECKING:      # provided by Supervisor
+        spec: "LaunchSpec"
+        fallback: Optional[Callable[..., Any]]
+        keep_alive_minutes: float
+        url: Optional[str]
+        _lock: "threading.RLock"
+        _op_lock: "threading.RLock"
+        _board: StatusBoard
+        _monitor: "Monitor"
+        _progress: "ProgressTracker"
+        _restarts: RestartPolicy
+        _run: Optional["ServerRun"]
+        _ready: bool
+        _stop_evt: threading.Event
+        _generation: int
+        _restart_count: int
+        _last_activity: float
+
+        def tail(self, lines: int = 40) -> list[str]: ...
+        def alive(self) -> bool: ...
+        def wait_ready(self, timeout: Optional[float] = None) -> bool: ...
+        def _set(self, phase: Optional[str] = None, text: Optional[str] = None) -> None: ...
+        def _context(self, spec: "LaunchSpec", exit_code: Optional[int], ever_ready: bool) -> failures.Context: ...
+        def _next_fallback(self, spec: "LaunchSpec", kind: str) -> Optional[tuple["LaunchSpec", str]]: ...
+        def _launch_with_fallback(self, timeout: Optional[float], preferred_port: Optional[int],
+                                  cancel: Callable[[], bool]) -> None: ...
+        def _stop_process(self, graceful: bool, timeout: float) -> None: ...
+        def _end(self, phase: Optional[str], text: Optional[str], timeout: float, graceful: bool = False) -> None: ...
+
+    # ---- the monitor's hooks (monitor.Watched) -------------------------------------------
+    def watched_run(self) -> Optional[ServerRun]:
+        return self._run if self._ready and not self._stop_evt.is_set() else None
+
+    def monitor_finished(self) -> bool:
+        return self._stop_evt.is_set() or (self._board.phase in (STOPPED, FAILED) and not self._monitor.pending)
+
+    def on_request(self, reason: str, note: str) -> None:
+        with self._op_lock:
+            if not self._stop_evt.is_set():
+                self._handle_request_locked(reason, note)
+
+    def on_hang(self, seconds: float) -> None:
+        err = failures.hung(seconds, self.tail(40))
+        self._board.set_error(err)
+        self._restart_after(err, "hung")
+
+    def idle_expired(self) -> bool:
+        minutes = self.keep_alive_minutes or 0
+        if minutes <= 0:
+            return False
+        cur = self._progress.current()
+        if cur is not None and not cur.done and not cur.aborted:
+            return False                     # a denoise is running right now
+        return time.time() - max(self._last_activity, self._progress.last_seen) >= minutes * 60
+
+    def on_idle(self) -> None:
+        with self._op_lock:
+            if not self.idle_expired() or self._stop_evt.is_set():
+                return
+            self._end(STOPPED, f"Stopped after {self.keep_alive_minutes:g} idle minute(s) to free the GPUs; "
+                               "the next job starts it again", timeouts.STOP_S, graceful=True)
+
+    def on_exit(self, code: int) -> None:
+        """The server died after being ready: restart it, or give up and say why."""
+        if self._run is not None:
+            self._run.drain()
+        tail = self.tail(200)
+        failure = failures.classify(tail, self._context(self.spec, exit_code=code, ever_ready=True))
+        self._board.set_error(failure)
+        self._restart_after(failure, "crash")
+
+    def _restart_after(self, failure: ServerFailure, reason: str) -> bool:
+        with self._op_lock:
+            if self._stop_evt.is_set():
+                return False
+            delay = self._restarts.next_delay()
+            if delay is None:
+                self._end(FAILED, f"{self._restarts.give_up_text()}: {failure.what}", timeouts.REPLACE_STOP_S)
+                return False
+            what = "stopped answering" if reason == "hung" else failure.what.rstrip(".")
+            self._board.set_restart_reason(f"{failure.what.rstrip('.')} ({failure.kind})")
+            self._set(RESTARTING, f"{what}; restarting in {delay:g} s (restart {self._restarts.recent} "
+                                  f"of at most {self._restarts.max_restarts})")
+            self._stop_process(graceful=False, timeout=timeouts.REPLACE_STOP_S)
+            if failure.kind == failures.OOM_JOB and self.fallback is not None:
+                self._next_fallback(self.spec, failures.OOM_JOB)
+            if self._stop_evt.wait(delay):
+                return False
+            return self._relaunch(f"Restarted after: {what}")
+
+    def _relaunch(self, ready_text: str) -> bool:
+        with self._op_lock:
+            if self._stop_evt.is_set():
+                return False
+            previous_port = self._run.port if self._run is not None else None
+            try:
+                self._stop_process(graceful=False, timeout=timeouts.REPLACE_STOP_S)
+                self._launch_with_fallback(None, previous_port, self._stop_evt.is_set)
+            except ServerFailure as failure:
+                if self._stop_evt.is_set():
+                    return False
+                if failure.kind in failures.PERMANENT - {failures.OOM_LOAD}:
+                    self._end(FAILED, failure.what, timeouts.REPLACE_STOP_S)
+                    return False
+                return self._restart_after(failure, "crash")
+            except LauncherError as err:
+                self._board.set_error(err)
+                self._end(FAILED, err.what, timeouts.REPLACE_STOP_S)
+                return False
+            with self._lock:
+                self._restart_count += 1
+            self._set(READY, f"{ready_text}. Ready at {self.url} (generation {self._generation})")
+            return True
+
+    def _handle_request_locked(self, reason: str, note: str) -> None:
+        if reason == "oom_job":
+            if self._next_fallback(self.spec, failures.OOM_JOB) is None:
+                self._set(None, f"Ready at {self.url}; the last job ran out of GPU memory and the fallback "
+                                "has no leaner configuration left")
+                return
+            change = self._board.fallback_notes[-1]
+            self._board.set_restart_reason(f"a job ran out of GPU memory; fallback: {change}")
+            self._set(RESTARTING, f"Restarting with the leaner configuration: {change}")
+            self._relaunch(f"Restarted with: {change}")
+        elif reason == "hard_cancel":
+            self._set(RESTARTING, note)
+            self._restarts.book()
+            self._relaunch(note.split(";")[0])
+
+    # ---- hard cancel -------------------------------------------------------------------
+    def hard_cancel(self, job_id: str, grace_s: float = 15.0, wait: bool = False) -> bool:
+        """Make sure a cancelled job stops using the GPU; True when the server was restarted.
+
+        Upstream DELETE removes the job record but cannot stop a running Wan denoise, so the
+        GPU stays busy for the rest of the job. The caller has DELETEd the job already. If
+        the denoise run in progress neither finishes nor ends within `grace_s`, the server
+        is restarted (same port when possible) and the status says so. `wait=True` blocks
+        until the restarted server is ready.
+        """
+        snap = self._progress.current()
+        if snap is None or snap.done or snap.aborted or not self.alive():
+            return False
+        cur = self._progress.still_running_after(snap.run_id, grace_s, self._stop_evt, self.alive)
+        if cur is None:
+            return False
+        note = (f"Cancelled job {job_id} was still running on the GPU after {grace_s:g} s (Wan cannot stop "
+                f"mid-denoise, step {cur.step}/{cur.total}); restarting the server to free the GPU")
+        self._progress.abort_current()
+        with self._lock:
+            self._ready = False
+        self._board.set_restart_reason(note)
+        self._monitor.request("hard_cancel", note)
+        self._set(RESTARTING, note)
+        if wait:
+            self.wait_ready()
+        return True
+
