@@ -37,7 +37,7 @@ class WanFamily:
     vae_spatial: int         # VAE spatial compression
     latent_channels: int
     image_input: str         # "none" | "required" | "optional"
-    # request defaults (Wan2.2 upstream recommendations, vllm-omni-serving.md section 5.2)
+    # request defaults (Wan2.2 upstream recommendations: docs/upstream-facts.md, "Wan2.2 request defaults")
     width: int
     height: int
     frames: int

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run bench/gpu_e2e.py on a 2-GPU H200 machine that has PyTorch but no package registry.
-# The kit (48 wheels + tiny models, see ../shared/gpu-kit/README.md) arrives in pieces of
+# The GPU kit (48 wheels + tiny random-weight Wan2.2 models, brought by the operator; see
+# docs/upstream-facts.md, "The GPU kit") arrives in pieces of
 # <= 58 MB, one per device call, moved to $KIT/pieces; this script assembles and installs it
 # once, then runs the driver. Environment: KIT (default /scratch/kit), OUT (report folder).
 #

@@ -21,6 +21,7 @@ import requests
 
 from ..errors import LauncherError
 from ..server.local_config import key_setup_hint
+from ..server.failure_patterns import is_oom
 from ..server.redact import strip_control
 
 # Statuses that mean "busy, starting or behind a failing proxy: ask again" (retried by the transport).
@@ -215,12 +216,6 @@ def error_field(body: Any, message: str) -> Optional[str]:
         if re.search(rf"(?<![\w.]){re.escape(name)}(?![\w])", message):
             return name
     return None
-
-
-def is_oom(message: str) -> bool:
-    text = message.lower()
-    return ("out of memory" in text or "outofmemoryerror" in text or "cuda oom" in text
-            or "cudaerrormemoryallocation" in text)
 
 
 OOM_FIX = ("lower width/height or frames, enable VAE tiling, CPU offload or a parallel mode "

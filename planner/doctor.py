@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional
 
 from ..errors import LauncherError
 from ..models import FAMILIES, family_for
+from ..server import hf_cache
 from ..server.local_config import LocalConfig, load_local_config
 from ..server.server_env import SETUP_COMMAND, locate_server_program
 from ..server.versions import server_python
@@ -29,7 +30,7 @@ from .model_sizes import model_sizes
 
 OK, WARNING, PROBLEM, UNCHECKED = "ok", "warning", "problem", "unchecked"
 
-# vllm major.minor -> the torch and diffusers it pins (vllm-omni-serving.md section 1).
+# vllm major.minor -> the torch and diffusers it pins (docs/upstream-facts.md, "Version pins").
 PINS = {(0, 30): {"torch": "2.13", "diffusers": "0.40"}, (0, 26): {"torch": "2.11", "diffusers": "0.38"}}
 SUPPORTED = ((0, 30), (0, 26))
 
@@ -291,15 +292,11 @@ def check_server_env(config: LocalConfig, runner: Callable[..., Any], timeout_s:
 
 
 def hf_cache_dir(config: Optional[LocalConfig] = None) -> Path:
-    """Where `vllm serve` downloads HF repos (HF_HUB_CACHE, HF_HOME/hub, ~/.cache/huggingface/hub)."""
+    """Where `vllm serve` downloads HF repos, for the environment a launch would give it."""
     env = dict(os.environ)
     if config is not None:
         env.update(config.extra_env)
-    if env.get("HF_HUB_CACHE"):
-        return Path(env["HF_HUB_CACHE"]).expanduser()
-    if env.get("HF_HOME"):
-        return Path(env["HF_HOME"]).expanduser() / "hub"
-    return Path("~/.cache/huggingface/hub").expanduser()
+    return hf_cache.hub_dir(env)
 
 
 def _check_model(model: Optional[str], config: LocalConfig) -> list[Check]:

@@ -3,7 +3,7 @@
 The ladder, fastest first (every rung is a LaunchSpec that passes `spec.validate()`):
 
 1. A 2-way parallel mode without offload, VAE patch parallel 2 (tiling comes with it):
-   with CFG on, CFG parallel (H200: 1.98x per step, shared/gpu-kit/README.md) before
+   with CFG on, CFG parallel (H200: 1.98x per step, docs/upstream-facts.md) before
    Ulysses (1.91x); with CFG off, Ulysses (CFG parallel would leave a GPU idle). One GPU:
    no offload.
 2. The same plus HSDP (DiT weights sharded over the two GPUs, gathered block by block),

@@ -32,7 +32,8 @@ and with how much to spare?" before any process starts. The estimate follows wha
 What was measured rather than derived: the VAE decode coefficients in `CALIBRATION`
 (isolated decode on an H200, bench/memory); the per-token coefficients and the allocator
 slack/carry/workspace terms are fitted to vLLM-Omni's published peaks (`max_memory_reserved`,
-in MiB) and the H200 runs in shared/gpu-kit/README.md; tests/unit/test_plan_memory.py checks each.
+in MiB) and the H200 runs (docs/upstream-facts.md, "Published memory peaks" and "H200
+measurements"); tests/unit/test_plan_memory.py checks each.
 All sizes are GiB (2**30 bytes); GPU "GB" (80 GB H100, 24 GB 4090) are GiB in practice.
 """
 from __future__ import annotations
@@ -49,7 +50,8 @@ from .model_sizes import GIB, ModelSizes, model_sizes
 # Calibration. Each value: what it is, and what fixed it.
 CALIBRATION: dict[str, float] = {
     # DiT activation working set per token, in bf16 hidden vectors (hidden x 2 bytes).
-    # Fitted to the published I2V-A14B peaks (vllm-omni-serving.md section 7): the 2-GPU
+    # Fitted to the published I2V-A14B peaks (docs/upstream-facts.md, "Published memory
+    # peaks"): the 2-GPU
     # 480p -> 720p/121 step (16,380 -> 55,800 tokens per rank, +9.4 GiB) sets the slope.
     "act_units": 23.3,
     # Of those, the part that tensor parallel does not split (residual stream, norms).
@@ -80,7 +82,8 @@ CALIBRATION: dict[str, float] = {
     "tile_overlap": (256 / 192) ** 2,
     "video_copies_tiled": 4.50 - (256 / 192) ** 2,
     # In the server the decode runs after the denoise, in an allocator already carved up by it:
-    # the H200 "memory after job" (gpu-kit README) is 24.3 GiB above weights + context for
+    # the H200 "memory after job" (docs/upstream-facts.md, "H200 measurements") is 24.3 GiB
+    # above weights + context for
     # T2V-A14B 1280x720x81 and 24.0 GiB for TI2V-5B 1280x704x121, where the isolated decode
     # reserves 14.4 and 15.6 GiB. The difference (0.69 and 0.53 of the decode) is allocator slack
     # the decode leaves reserved in a long-running process: blocks of the denoise that

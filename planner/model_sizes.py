@@ -6,7 +6,7 @@ its parameter count x 2, whatever dtype the files hold. A local Diffusers folder
 cheaply: only the safetensors headers (tensor shapes) and the config.json files, never the
 weights. The table holds the three Wan-AI *-Diffusers repos, with parameter counts that the
 random-weight H200 runs confirm: "weights 64.2 GiB loaded" for T2V-A14B and "21.2 GiB" for
-TI2V-5B (shared/gpu-kit/README.md) are 2 bytes x these counts.
+TI2V-5B (docs/upstream-facts.md, "H200 measurements") are 2 bytes x these counts.
 """
 from __future__ import annotations
 
@@ -78,7 +78,8 @@ class ModelSizes:
 
 
 # Wan2.2 Diffusers repos. DiT: models.py dit_params_b (T2V/I2V experts 14.29 B, TI2V 5.00 B);
-# UMT5-XXL encoder 5.68 B (gpu-kit make_fullsize_ti2v.py); VAEs counted from diffusers'
+# UMT5-XXL encoder 5.68 B (as built for docs/upstream-facts.md, "H200 measurements");
+# VAEs counted from diffusers'
 # AutoencoderKLWan with the real configs: Wan2.1 126.9 M, Wan2.2 704.7 M.
 _UMT5_XXL = 5.68e9
 _VAE = {"wan2.1": 126.9e6, "wan2.2": 704.7e6}

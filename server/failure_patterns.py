@@ -10,8 +10,9 @@ from __future__ import annotations
 import re
 
 # torch: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ..." (older torch:
-# torch.cuda.OutOfMemoryError); the job error body repeats the message.
-OOM = re.compile(r"CUDA out of memory|OutOfMemoryError")
+# torch.cuda.OutOfMemoryError); the job error body repeats the message, sometimes lowercased or
+# shortened ("out of memory", "CUDA OOM"); the CUDA runtime's own name is cudaErrorMemoryAllocation.
+OOM = re.compile(r"out of memory|OutOfMemoryError|cuda oom|cudaErrorMemoryAllocation", re.IGNORECASE)
 # "Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.50 GiB is free"
 OOM_DETAIL = re.compile(r"Tried to allocate ([\d.]+ [GM]iB)\.? GPU (\d+) has a total capacity of ([\d.]+ [GM]iB) "
                         r"of which ([\d.]+ [GM]iB) is free")

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 Version = tuple[int, int]
 
-# Flags that blog posts advertise but neither 0.26 nor 0.30 has (vllm-omni-serving.md 3.10).
+# Flags that blog posts advertise but neither 0.26 nor 0.30 has
+# (docs/upstream-facts.md, "Flags that do not exist").
 NONEXISTENT_FLAGS: dict[str, str] = {
     "--model-type": "nothing: the pipeline comes from the model's model_index.json "
                     "(to force one, use --model-class-name WanPipeline|WanImageToVideoPipeline)",

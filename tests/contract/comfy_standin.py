@@ -1,6 +1,6 @@
 """A small stand-in for the ComfyUI hooks our nodes use, installed in sys.modules.
 
-It mirrors the real behaviour that matters (comfyui-nodes.md section 3): ProgressBar
+It mirrors the real behaviour that matters (docs/upstream-facts.md, "ComfyUI progress and interrupt"): ProgressBar
 updates check the interrupt flag and raise InterruptProcessingException;
 `processing_interrupted()` only reads the flag; `throw_exception_if_processing_interrupted()`
 clears and raises; PromptServer.instance.send_progress_text records the status text.

@@ -3,9 +3,10 @@
 A stub start costs a vLLM import (tens of seconds on a small CI box), so the plain
 configurations that many tests drive with ordinary requests run once per session, in
 ``tests/contract/conftest.py``'s :class:`stubserver.StubPool`; a test takes one with
-``stub_pool.get(NAME)``.  Each test must leave a shared stub as it found it (its jobs end
-or are deleted); a test of the process itself (exit, crash, hang) starts its own stub,
-or ends a shared one with ``stub_pool.retire(NAME)``.
+``with stub_pool.lease(NAME) as (stub,):`` (it is stopped again between leases).  Each test
+must leave a shared stub as it found it (its jobs end or are deleted); a test of the process
+itself (exit, crash, hang) starts its own stub, or ends a shared one with
+``stub_pool.retire(NAME)``.
 """
 from __future__ import annotations
 

@@ -167,17 +167,17 @@ class StubServer:
             time.sleep(0.1)
 
     # -- teardown ----------------------------------------------------------------------
-    def terminate_group(self) -> None:
-        """SIGTERM the process group (the stub is the leader of its own session) if it runs."""
+    def signal_group(self, sig: int) -> None:
+        """Send ``sig`` to the process group (the stub leads its own session) if the stub runs."""
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
+                os.killpg(self.proc.pid, sig)
 
     def kill_group(self, grace: float = 5.0) -> None:
         """SIGTERM the process group, wait ``grace`` seconds, then SIGKILL the group."""
         pgid = self.proc.pid  # leader of its own session/group (start_new_session=True)
         if self.proc.poll() is None:
-            self.terminate_group()
+            self.signal_group(signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=grace)
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -271,12 +271,18 @@ class StubConfig:
 class StubPool:
     """Named stub servers shared by many tests: each starts on first use and stays up.
 
+    A test takes shared stubs for a while with ``with pool.lease(NAME, ...) as stubs:``; a
+    shared stub runs only while someone holds a lease on it and is stopped (SIGSTOP to its
+    process group) in between, because an idle vLLM-Omni server still costs about a tenth
+    of a core (its orchestrator polls every millisecond): kept running, three shared stubs
+    would burn what they save.  A stopped stub resumes where it was (a job still denoising
+    goes on), as on a machine that was busy for a while.
+
     A test takes a shared stub only where its requests leave the server as it found it
     (any job it starts ends or is deleted); one that needs the process itself (its exit,
     a crash, a hang) starts its own with :func:`run_stub`, or ends a shared one through
-    :meth:`retire`, after which the next :meth:`get` starts a fresh one.  Thread-safe:
-    ``get`` only holds the lock while it spawns, so stubs asked for together start
-    together.
+    :meth:`retire`, after which the next lease starts a fresh one.  Thread-safe: the lock
+    is only held to spawn, stop and resume, so stubs leased together start together.
     """
 
     def __init__(self, configs: Mapping[str, StubConfig], health_timeout: float = 900.0) -> None:
@@ -284,9 +290,12 @@ class StubPool:
         self.health_timeout = health_timeout
         self._lock = threading.Lock()
         self._running: dict[str, tuple[StubServer, contextlib.ExitStack]] = {}
+        self._leases: dict[str, int] = {}
 
-    def get(self, *names: str) -> list[StubServer]:
-        """The healthy stubs of ``names`` (in that order), starting those not running yet."""
+    @contextlib.contextmanager
+    def lease(self, *names: str) -> Iterator[list[StubServer]]:
+        """The healthy stubs of ``names`` (in that order), started if need be, running until
+        the block exits."""
         with self._lock:
             for name in names:
                 if name not in self._running:
@@ -295,22 +304,32 @@ class StubPool:
                     server = stack.enter_context(run_stub(cfg.model, flags=cfg.flags, env=cfg.env,
                                                           separate_stderr=cfg.separate_stderr))
                     self._running[name] = (server, stack)
+                if not self._leases.get(name):
+                    self._running[name][0].signal_group(signal.SIGCONT)
+                self._leases[name] = self._leases.get(name, 0) + 1
             servers = [self._running[name][0] for name in names]
-        for name, server in zip(names, servers):
-            if server.proc.poll() is not None:
-                # never restarted silently: a shared stub that died took other tests' state with it
-                raise RuntimeError(f"shared stub {name!r} exited with code {server.proc.returncode}; "
-                                   f"log tail:\n{server.output_text()[-6000:]}")
-            server.wait_healthy(self.health_timeout)
-        return servers
+        try:
+            for name, server in zip(names, servers):
+                if server.proc.poll() is not None:
+                    # never restarted silently: a shared stub that died took other tests' state with it
+                    raise RuntimeError(f"shared stub {name!r} exited with code {server.proc.returncode}; "
+                                       f"log tail:\n{server.output_text()[-6000:]}")
+                server.wait_healthy(self.health_timeout)
+            yield servers
+        finally:
+            with self._lock:
+                for name, server in zip(names, servers):
+                    self._leases[name] -= 1
+                    if not self._leases[name] and self._running.get(name, (None,))[0] is server:
+                        server.signal_group(signal.SIGSTOP)
 
     @contextlib.contextmanager
     def retire(self, name: str) -> Iterator[StubServer]:
         """Take stub ``name`` out of the pool (started if need be) for a test that ends it;
         its process group is killed and its log removed when the block exits."""
-        server = self.get(name)[0]
-        with self._lock:
-            _, stack = self._running.pop(name)
+        with self.lease(name) as (server,):
+            with self._lock:
+                _, stack = self._running.pop(name)
         with stack:
             yield server
 
@@ -320,7 +339,8 @@ class StubPool:
         with self._lock:
             running, self._running = self._running, {}
         for server, _ in running.values():
-            server.terminate_group()
+            server.signal_group(signal.SIGCONT)   # a stopped process acts on SIGTERM only once resumed
+            server.signal_group(signal.SIGTERM)
         for _, stack in running.values():
             stack.close()
 

@@ -35,10 +35,10 @@ CRASH_ENV = {"VLLM_OMNI_STUB_CRASH_AFTER_JOBS": "1", "VLLM_OMNI_STUB_STEP_S": "0
 @pytest.fixture(scope="module")
 def stubs(stub_pool: stubserver.StubPool) -> Iterator[dict[str, Any]]:
     """The shared stubs, and this module's own one that crashes; all start together."""
-    with stubserver.run_stub(T2V, env=CRASH_ENV) as crash:
-        shared = dict(zip((TI2V_OFFLOAD, I2V_SPLIT, T2V_KEYED), stub_pool.get(TI2V_OFFLOAD, I2V_SPLIT, T2V_KEYED)))
+    names = (TI2V_OFFLOAD, I2V_SPLIT, T2V_KEYED)
+    with stubserver.run_stub(T2V, env=CRASH_ENV) as crash, stub_pool.lease(*names) as shared:
         crash.wait_healthy(HEALTH_TIMEOUT)
-        yield {**shared, "crash": crash}
+        yield {**dict(zip(names, shared)), "crash": crash}
 
 
 @pytest.fixture

@@ -19,11 +19,11 @@ def _cli(*args: str, env: dict) -> subprocess.CompletedProcess:
 
 
 def test_generate_with_url_writes_mp4_npy_and_report(tmp_path, stub_pool):
-    stub, = stub_pool.get(T2V_KEYED)          # keyed: the key comes from the local config (env here)
-    out = _cli("--url", stub.url, "--prompt", "a fox", "--width", "64", "--height", "64", "--frames", "5",
-               "--fps", "10", "--steps", "2", "--seed", "3", "--out", str(tmp_path / "clip.mp4"),
-               "--frames-npy", str(tmp_path / "f.npy"), "--report-json", str(tmp_path / "r.json"),
-               env={"VLLM_OMNI_LAUNCHER_REMOTE_URL": stub.url, "VLLM_OMNI_LAUNCHER_REMOTE_API_KEY": KEY})
+    with stub_pool.lease(T2V_KEYED) as (stub,):      # keyed: the key comes from the local config (env here)
+        out = _cli("--url", stub.url, "--prompt", "a fox", "--width", "64", "--height", "64", "--frames", "5",
+                   "--fps", "10", "--steps", "2", "--seed", "3", "--out", str(tmp_path / "clip.mp4"),
+                   "--frames-npy", str(tmp_path / "f.npy"), "--report-json", str(tmp_path / "r.json"),
+                   env={"VLLM_OMNI_LAUNCHER_REMOTE_URL": stub.url, "VLLM_OMNI_LAUNCHER_REMOTE_API_KEY": KEY})
     assert out.returncode == 0, out.stderr
     assert KEY not in out.stdout + out.stderr
     frames = np.load(tmp_path / "f.npy")

@@ -183,36 +183,36 @@ def t2v(pool):
 
 @pooled_scenario
 def i2v(pool):
-    stub, = pool.get(I2V_SPLIT)
-    obs = _ready(stub)
-    err_from, out_from = len(stub.stderr_text()), len(stub.stdout_text())
-    obs["models"] = requests.get(stub.url + "/v1/models", timeout=10).json()
-    obs["no_image"], _ = run_job(stub, size="64x64", num_frames=5, num_inference_steps=2)
-    obs["bad_size"], _ = run_job(stub, image=png(80, 48), width=72, height=64, num_frames=5,
-                                 num_inference_steps=2)
-    job, mp4 = run_job(stub, image=png(80, 48), size="64x48", num_frames=9, fps=16, seed=5,
-                       num_inference_steps=2)
-    obs["good"] = (job.json(), decode_mp4(mp4))
-    obs["stderr"], obs["stdout"] = stub.stderr_text(), stub.stdout_text()
-    obs["own_stderr"], obs["own_stdout"] = obs["stderr"][err_from:], obs["stdout"][out_from:]
-    obs["log"] = stub.output_text()
+    with pool.lease(I2V_SPLIT) as (stub,):
+        obs = _ready(stub)
+        err_from = len(stub.stderr_text())
+        obs["models"] = requests.get(stub.url + "/v1/models", timeout=10).json()
+        obs["no_image"], _ = run_job(stub, size="64x64", num_frames=5, num_inference_steps=2)
+        obs["bad_size"], _ = run_job(stub, image=png(80, 48), width=72, height=64, num_frames=5,
+                                     num_inference_steps=2)
+        job, mp4 = run_job(stub, image=png(80, 48), size="64x48", num_frames=9, fps=16, seed=5,
+                           num_inference_steps=2)
+        obs["good"] = (job.json(), decode_mp4(mp4))
+        obs["stderr"], obs["stdout"] = stub.stderr_text(), stub.stdout_text()
+        obs["own_stderr"] = obs["stderr"][err_from:]   # this scenario's jobs (the shared stub ran others)
+        obs["log"] = stub.output_text()
     return obs
 
 
 @pooled_scenario
 def ti2v_with_offload(pool):
-    stub, = pool.get(TI2V_OFFLOAD)
-    obs = _ready(stub)
-    obs["startup_log"] = stub.wait_for_text("Application startup complete.", timeout=10).split(
-        "Application startup complete.", 1)[0]
-    obs["models"] = requests.get(stub.url + "/v1/models", timeout=10).json()
-    job, mp4 = run_job(stub, size="70x70", num_frames=9, fps=24, seed=300, num_inference_steps=2)
-    obs["floored"] = (job.json(), decode_mp4(mp4))
-    obs["oom_knob"], _ = run_job(stub, size="64x64", num_frames=5, seed=1, num_inference_steps=4,
-                                 extra_params=json.dumps({"stub_oom": True}))
-    job, mp4 = run_job(stub, size="64x64", num_frames=5, num_inference_steps=2)
-    obs["no_seed"] = (job.json(), decode_mp4(mp4))
-    obs["log"] = stub.stderr_text()
+    with pool.lease(TI2V_OFFLOAD) as (stub,):
+        obs = _ready(stub)
+        obs["startup_log"] = stub.wait_for_text("Application startup complete.", timeout=10).split(
+            "Application startup complete.", 1)[0]
+        obs["models"] = requests.get(stub.url + "/v1/models", timeout=10).json()
+        job, mp4 = run_job(stub, size="70x70", num_frames=9, fps=24, seed=300, num_inference_steps=2)
+        obs["floored"] = (job.json(), decode_mp4(mp4))
+        obs["oom_knob"], _ = run_job(stub, size="64x64", num_frames=5, seed=1, num_inference_steps=4,
+                                     extra_params=json.dumps({"stub_oom": True}))
+        job, mp4 = run_job(stub, size="64x64", num_frames=5, num_inference_steps=2)
+        obs["no_seed"] = (job.json(), decode_mp4(mp4))
+        obs["log"] = stub.stderr_text()
     return obs
 
 

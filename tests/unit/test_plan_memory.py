@@ -24,7 +24,7 @@ def _plan(spec, req, gpus):
     return plan(spec, req, gpus, host_available_gib=None)
 
 
-# ---- published peaks: vllm-omni-serving.md section 7, from upstream
+# ---- published peaks: docs/upstream-facts.md "Published memory peaks", from upstream
 # tests/dfx/perf/tests/test_wan22_i2v_vllm_omni.json (CI baseline, 4 steps, CFG on).
 # The number is rank 0's torch.cuda.max_memory_reserved (diffusion_model_runner.py
 # _sample_peak_memory_mb), so it is compared with our allocator peak (no CUDA context).
@@ -54,7 +54,7 @@ def test_published_single_h100_is_at_the_edge():
     assert p.gpus[0].peak_gib < 79.6 + 2.0
 
 
-# ---- H200 runs, shared/gpu-kit/README.md: "GPU memory after job" (nvidia-smi, MiB shown as
+# ---- H200 runs, docs/upstream-facts.md "H200 measurements": "GPU memory after job" (nvidia-smi, MiB shown as
 # GB). After a job the allocator still holds the weights plus the VAE decode's blocks (the
 # pipeline empties the cache right before decoding, nothing after), plus the CUDA context and
 # NCCL buffers; so the comparable figure is our decode phase + outside-allocator terms. These
@@ -128,13 +128,13 @@ def test_untiled_decode_is_nearly_flat_in_frames_and_tiled_grows():
 
 
 def test_h200_single_gpu_a14b_720p_does_not_fit_80gb():
-    """gpu-kit: 'One GPU needs 91 GB for this clip, so an 80 GB card cannot run it without offload'."""
+    """H200 runs: 'One GPU needs 91 GB for this clip, so an 80 GB card cannot run it without offload'."""
     p = _plan(LaunchSpec(T2V), RequestShape(1280, 720, 81), [80.0])
     assert p.fits is False
 
 
 def test_weights_match_the_loaded_sizes_logged_on_h200():
-    """gpu-kit: 'weights 64.2 GiB loaded' (T2V-A14B) and '21.2 GiB' (TI2V-5B)."""
+    """H200 runs: 'weights 64.2 GiB loaded' (T2V-A14B) and '21.2 GiB' (TI2V-5B)."""
     for model, logged in ((T2V, 64.2), (TI2V, 21.2)):
         p = _plan(LaunchSpec(model), None, [141.0])
         assert p.gpus[0].phases["resident"] == pytest.approx(logged, rel=0.01)

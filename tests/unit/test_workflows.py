@@ -3,7 +3,7 @@
 Runs without ComfyUI. ComfyUI shows every ``workflows/*.json`` of a pack as a template; the
 front end stores widget values by *position* (``widgets_values``), so a template breaks when a
 node's widgets are reordered, retyped or inserted anywhere but at the end. These tests read
-the files the way the front end does (comfyui-nodes.md 5.3):
+the files the way the front end does (docs/upstream-facts.md, "ComfyUI workflow JSON"):
 
 * every node type exists (ours, or a core node described in ``CORE_NODES``, whose
   description ``tests/comfyui/run_real_comfyui.py`` compares with a real ComfyUI's
