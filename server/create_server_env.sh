@@ -56,5 +56,5 @@ fi
 "$target/bin/python" -c "from importlib.metadata import version as v; print('server env ready: vllm', v('vllm'), 'vllm-omni', v('vllm-omni'))"
 default_target="${data_home:-$HOME/.local/share}/vllm-omni-launcher/server-env"
 if [ "$target" != "$default_target" ]; then
-  echo "now: export VLLM_OMNI_LAUNCHER_SERVER_ENV=$target   (the launcher finds $default_target by itself)"
+  echo "now: export VLLM_OMNI_LAUNCHER_SERVER_ENV=$target   (only the default location, $default_target, is found without it)"
 fi

@@ -34,6 +34,9 @@ def _isolated_launcher_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatc
     base = tmp_path_factory.getbasetemp()
     monkeypatch.setenv("VLLM_OMNI_LAUNCHER_CONFIG", str(base / "no-config.json"))
     monkeypatch.setenv("VLLM_OMNI_LAUNCHER_DATA_DIR", str(base / "launcher-data"))
+    # The default server environment lives under XDG_DATA_HOME: one made by `setup` on a developer's
+    # machine must not turn the "cannot find the server program" tests into something else.
+    monkeypatch.setenv("XDG_DATA_HOME", str(base / "xdg-data"))
     for key in list(os.environ):
         if key.startswith("VLLM_OMNI_STUB_"):
             monkeypatch.delenv(key)
