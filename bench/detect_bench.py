@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "contract"))
 import stubserver  # noqa: E402
 
-from vllm_omni_launcher.client.api import JobUpdate, VideoClient, VideoRequest  # noqa: E402
+from vllm_omni_launcher.client.api import VideoClient, VideoRequest  # noqa: E402
+from vllm_omni_launcher.client.job_results import JobUpdate  # noqa: E402
 
 MODEL = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
 STEP_S = 0.05

@@ -2,7 +2,8 @@
 
 The output is deterministic: where neither --port nor the local config names a port, the
 argv shows PORT_PLACEHOLDER (8091) instead of the free port a launch would pick, and says so
-on stderr, so the same options print the same command on every call.
+on stderr, so the same options print the same command on every call. `--parallel auto` shows
+what the memory planner picks for this machine's GPUs (its reasoning on stderr).
 """
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import shlex
 import sys
 
 from ..server.local_config import load_local_config
-from .launch_options import PORT_PLACEHOLDER, add_launch_options, spec_from_args
+from ..server.versions import DEFAULT_VERSION
+from .launch_options import PORT_PLACEHOLDER, add_launch_options, launch_from_args
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,8 +25,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = load_local_config()
-    spec = spec_from_args(args, default_host=config.host)
-    warnings = spec.validate()
+    # Resolved as a launch would be (the planner for --parallel auto), but the flags are checked
+    # against the pinned line: argv starts nothing, so it does not probe the server environment.
+    plan = launch_from_args(args, config, server_version=DEFAULT_VERSION)
+    spec = plan.spec
+    if plan.text:
+        print(plan.text, file=sys.stderr)
     executable = list(config.server_command) or ["vllm"]
     port = spec.port or config.port
     command = spec.build(executable, port or PORT_PLACEHOLDER, api_key="***",
@@ -38,6 +44,6 @@ def run(args: argparse.Namespace) -> int:
     if port is None:
         print(f"note: no port is set (--port or the local config), so {PORT_PLACEHOLDER} is shown; "
               "a launch picks a free port instead", file=sys.stderr)
-    for warning in warnings:
+    for warning in plan.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     return 0

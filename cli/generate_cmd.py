@@ -2,35 +2,50 @@
 
 The same client the nodes use: multipart submit, sub-second polling, MP4 download and the
 decode into the IMAGE array, with a timing report for benchmarking the overhead.
-The result line ("wrote clip.mp4: ...") goes to stdout; start phases and job progress to stderr.
+The result line ("wrote PATH: ...") goes to stdout; start phases and job progress to stderr.
+
+The shortest form, `generate --prompt "..."`, needs nothing else: the model is picked for this
+machine (planner/auto_model.py) and served with `--parallel auto` (the launch is resolved by
+the same resolve_launch() as the Local Server node's), the seed is drawn here, and the MP4 is
+written to ./vllm-omni-<YYYYmmdd-HHMMSS>-<seed>.mp4; the first stderr lines say which model
+and configuration, and why.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
 from ..client.api import VideoClient
 from ..client.frames import image_to_png
+from ..client.request import DEFAULT_SAMPLER, SAMPLERS
 from ..client.transport import Deadlines
 from ..errors import LauncherError
 from ..models import FAMILIES, family_for, request_for
+from ..planner.launch_plan import RequestLimit
 from ..server.local_config import load_local_config
-from ..server.versions import checked_server_version
-from .launch_options import add_launch_options, spec_from_args
+from ..server.loras import request_lora_from_cli
+from .launch_options import add_launch_options, launch_from_args
+
+OUT_PATTERN = "vllm-omni-{time}-{seed}.mp4"     # the default --out, in the current directory
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("server")
+    g = parser.add_argument_group(
+        "server", "Without --url and --model, generate starts the model auto picks for this machine\n"
+        "(a downloaded one that fits, else TI2V-5B, the smallest download) with --parallel auto;\n"
+        "its first stderr lines say which model and configuration, and why.")
     g.add_argument("--url", default=None, metavar="URL|NAME",
                    help="use this running server (e.g. http://127.0.0.1:8091, or the name of one in the local "
                         "config's remote_servers) instead of starting one; its key comes from the local config")
     g.add_argument("--family", default=None, choices=sorted(FAMILIES),
                    help="with --url: which Wan2.2 model the server runs (default: from its model name)")
-    add_launch_options(parser, model_required=False)
+    add_launch_options(parser, model_required=False, parallel_default="auto", launching=True)
     r = parser.add_argument_group("video")
     r.add_argument("--prompt", required=True, metavar="TEXT", help="what the video shows")
     r.add_argument("--negative-prompt", default="", metavar="TEXT", help="what to steer away from (default: none)")
@@ -42,10 +57,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             ("guidance-2", float, "A14B: guidance scale of the low-noise expert")):
         r.add_argument(f"--{name}", type=typ, default=None, metavar="N" if typ is int else "X",
                        help=f"{what} (default: the model's recommended value)")
-    r.add_argument("--seed", type=int, default=None, metavar="N", help="random seed (default: random)")
+    r.add_argument("--seed", type=int, default=None, metavar="N",
+                   help="random seed (default: a random one, printed and put in the default file name)")
+    r.add_argument("--sampler", default=DEFAULT_SAMPLER, choices=SAMPLERS,
+                   help="unipc (upstream's default) or euler (4-step distill LoRAs)")
+    r.add_argument("--lora-request", default=None, metavar="DIR[:STRENGTH]",
+                   help="a PEFT LoRA folder applied to this request only (vLLM-Omni 0.26 and 0.30; the path as "
+                        "the server sees it); single .safetensors files go to --lora")
     o = parser.add_argument_group("output")
-    o.add_argument("--out", default="clip.mp4", metavar="PATH",
-                   help="where to write the server's MP4 (default: clip.mp4)")
+    o.add_argument("--out", default=None, metavar="PATH",
+                   help="where to write the server's MP4 (default: " + OUT_PATTERN.format(
+                       time="YYYYmmdd-HHMMSS", seed="SEED") + " in the current directory); stdout names it")
     o.add_argument("--frames-npy", default=None, metavar="PATH",
                    help="also save the decoded IMAGE tensor [F,H,W,3] float32")
     o.add_argument("--report-json", default=None, metavar="PATH",
@@ -74,11 +96,18 @@ def _load_image(path: Optional[str]) -> Optional[bytes]:
 def run(args: argparse.Namespace) -> int:
     config = load_local_config()
     deadlines = Deadlines.from_config(config)
-    if not args.url and not args.model:
-        raise LauncherError("No server given", "generate needs a running server or a model to start",
-                            "pass --url http://HOST:PORT, or --model with the launch options", setting="url")
+    drawn = args.seed is None
+    if drawn:
+        args.seed = random.randrange(2**31)
+    if args.out is None:
+        args.out = OUT_PATTERN.format(time=time.strftime("%Y%m%d-%H%M%S"), seed=args.seed)
     sup = client = request = None
     if args.url:
+        if args.lora:
+            raise LauncherError("--lora cannot change a running server",
+                                "it fuses a LoRA file when a server starts, and --url uses one already running",
+                                "start that server with `serve --lora FILE`, or pass a PEFT folder with "
+                                "--lora-request", setting="lora")
         named = config.remote_server(args.url)
         url = (named.url if named else args.url).rstrip("/").removesuffix("/v1")
         if args.family:
@@ -87,10 +116,17 @@ def run(args: argparse.Namespace) -> int:
     else:
         from ..server.registry import Supervisor
 
-        spec = spec_from_args(args, default_host=config.host)
-        spec.validate(version=checked_server_version(config))
-        request = _request(args, spec.family)          # checked before anything starts
-        sup = Supervisor(spec, config)
+        if not args.model:
+            _pick_model(args, config)
+        plan = launch_from_args(args, config)          # checks the server environment's pair too
+        if plan.text:
+            _say(f"serving: {plan.text}")
+        for warning in plan.warnings:
+            _say(f"warning: {warning}")
+        request = _request(args, plan.spec.family, plan.limit)      # checked before anything starts
+        sup = Supervisor(plan.spec, config, plan.fallback)
+    if drawn:
+        _say(f"seed: {args.seed} (random; --seed {args.seed} makes this video again)")
     try:
         if sup is not None:
             print(f"starting {sup.spec.served_name} ...", file=sys.stderr)
@@ -108,15 +144,37 @@ def run(args: argparse.Namespace) -> int:
             sup.stop()
 
 
-def _request(args: argparse.Namespace, family: Any) -> Any:
-    """The request with the model's defaults filled in and checked (models.request_for, as the node does)."""
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _pick_model(args: argparse.Namespace, config: Any) -> None:
+    """No --model and no --url: the model auto picks for this machine, said with its reason."""
+    from ..planner.auto_model import pick_model
+    from ..planner.launch_plan import gpu_memory
+
+    _, sizes, source = gpu_memory()
+    pick = pick_model(config, sizes, source)
+    args.model = pick.model
+    _say(f"model: {pick.model} (auto: {pick.why}; --model picks another)")
+
+
+def _request(args: argparse.Namespace, family: Any, limit: Optional[RequestLimit] = None) -> Any:
+    """The request with the model's defaults filled in and checked (models.request_for, as the node does),
+    with the serving plan's size and frames where the options leave them to the model."""
+    shape: dict[str, Any] = {"width": args.width, "height": args.height, "frames": args.frames}
+    if limit is not None:
+        shape, note = limit.apply(shape)
+        if note:
+            _say(f"note: {note}")
     # --boundary-ratio / --flow-shift (launch options) apply to the request too; a server-side
     # boundary ratio wins upstream anyway, and the request's flow shift beats the server's.
-    return request_for(
-        family, prompt=args.prompt, negative_prompt=args.negative_prompt, width=args.width, height=args.height,
-        frames=args.frames, fps=args.fps, steps=args.steps, guidance=args.guidance, guidance_2=args.guidance_2,
-        boundary_ratio=args.boundary_ratio, flow_shift=args.flow_shift, seed=args.seed,
-        image_png=_load_image(args.image))
+    request = request_for(
+        family, prompt=args.prompt, negative_prompt=args.negative_prompt, fps=args.fps, steps=args.steps,
+        guidance=args.guidance, guidance_2=args.guidance_2, boundary_ratio=args.boundary_ratio,
+        flow_shift=args.flow_shift, seed=args.seed, image_png=_load_image(args.image), **shape)
+    lora = request_lora_from_cli(args.lora_request, family) if args.lora_request else None
+    return replace(request, sampler=args.sampler, lora=lora)
 
 
 def _generate(args: argparse.Namespace, client: VideoClient, request: Any, sup: Any) -> int:

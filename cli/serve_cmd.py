@@ -6,8 +6,9 @@ left. The server gets a fresh API key that lives only in its environment; to let
 on other machines use it, `--api-key-file PATH` writes the key there (0600, removed on
 exit). `--no-api-key` serves without a key, for a trusted machine or network.
 
-Before anything starts, the server environment's vllm / vllm-omni pair is checked exactly as
-the Local Server node checks it (server.versions.checked_server_version). Results (the URL
+The options are resolved exactly as the Local Server node resolves its Serving Config
+(planner/launch_plan.resolve_launch: the planner for `--parallel auto`, GPU selection, the OOM
+fallback, and, before anything starts, the server environment's vllm / vllm-omni pair). Results (the URL
 line and where the key was written) go to stdout; phases, hints and the stop report to stderr.
 """
 from __future__ import annotations
@@ -25,15 +26,14 @@ from ..errors import LauncherError
 from ..server.local_config import load_local_config
 from ..server.redact import strip_control
 from ..server.registry import Status, Supervisor
-from ..server.versions import checked_server_version
 from .exit_codes import ExitCode
-from .launch_options import add_launch_options, spec_from_args
+from .launch_options import add_launch_options, add_serving_option, launch_from_args
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_launch_options(parser)
-    parser.add_argument("--keep-alive-minutes", type=float, default=None,
-                        help="stop the server after N minutes without jobs (0 = never; default: local config)")
+    add_launch_options(parser, launching=True)
+    add_serving_option(parser, "keep_alive_minutes", type=float, default=None, metavar="N",
+                       note="default: the local config's keep_alive_minutes")
     keys = parser.add_mutually_exclusive_group()
     keys.add_argument("--api-key-file", default=None, metavar="PATH",
                       help="write the server's API key to PATH (mode 0600, deleted on exit) for clients")
@@ -70,13 +70,17 @@ def _printer() -> Callable[[Status], None]:
 
 def run(args: argparse.Namespace) -> int:
     config = load_local_config()
-    spec = spec_from_args(args, default_host=config.host)
-    for warning in spec.validate(version=checked_server_version(config)):
+    plan = launch_from_args(args, config)
+    spec = plan.spec
+    if plan.text:
+        _say(plan.text)
+    for warning in plan.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if args.no_api_key and spec.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: serving on {spec.host} without an API key: anyone who can reach it can use the GPUs",
               file=sys.stderr)
-    sup = Supervisor(spec, config, keep_alive_minutes=args.keep_alive_minutes, api_key=not args.no_api_key)
+    sup = Supervisor(spec, config, plan.fallback, keep_alive_minutes=args.keep_alive_minutes,
+                     api_key=not args.no_api_key)
 
     stop_requested = threading.Event()
 

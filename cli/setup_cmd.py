@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..errors import LauncherError
-from ..planner.doctor import OK, check_server_env
+from ..planner.doctor_env import check_server_env
+from ..planner.doctor_report import OK
 from ..planner.gpus import query_gpus
 from ..server.local_config import ENV_PREFIX, LocalConfig, load_local_config
 from ..server.platform_check import require_local_server_platform

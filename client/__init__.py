@@ -2,8 +2,8 @@
 
 Plain Python (requests, numpy, PyAV, Pillow); no ComfyUI, no torch.
 
-* `api`         VideoClient (health, models, submit, status, download, delete, generate),
-                JobState, JobUpdate, GenerationResult, GenerationCancelled.
+* `api`         VideoClient (health, models, submit, status, download, delete, generate).
+* `job_results` what it hands back: JobState, JobUpdate, GenerationResult, GenerationCancelled.
 * `request`     VideoRequest: the multipart form of one Wan2.2 job.
 * `bounds`      ClipBounds: the size, frames and bytes a server's clip may have for a request.
 * `transport`   the one HTTP layer: session, RetryPolicy, Deadlines, cancel-aware waits, one

@@ -15,8 +15,11 @@ untrusted: job ids are URL-quoted into one path segment, the download is capped 
 checked against the request before decoding (bounds.py), and server text is shown without
 control characters.
 
-`VideoClient.generate` polls in <= poll_interval (default 0.25 s) slices, so a finished job
-is noticed within a quarter second, and cancellation is checked at least every 0.25 s.
+`VideoClient.generate` polls every poll_interval (default 0.25 s), and every FAST_POLL_S once
+the caller's `due()` says the job should be about done (the supervisor's log showed the last
+denoise step, or a remote job reached its learned estimate), so a finished job is noticed
+within tens of milliseconds without polling fast for the whole job; cancellation is checked
+at least every 0.25 s.
 """
 from __future__ import annotations
 
@@ -24,16 +27,16 @@ import dataclasses
 import json
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 from urllib.parse import quote
 
 from ..errors import LauncherError
 from ..server.redact import strip_control
-from .frames import DecodedVideo, decode_mp4
+from .frames import decode_mp4
 from .request import VideoRequest
 from .transport import ONE_TRY, Cancelled, Deadlines, RetryPolicy, Transport, sleep_checking
 from .http_errors import RETRY_STATUSES, error_message, http_error, job_failed_error, model_ids, parse_body
+from .job_results import GenerationCancelled, GenerationResult, JobState, JobUpdate
 
 log = logging.getLogger(__name__)
 
@@ -45,78 +48,10 @@ DELETE_FIRST_BYTE_S = 5.0
 HEALTH_DEADLINES = Deadlines(connect_s=2.0, first_byte_s=5.0, body_s=5.0)
 # download() without a request to size it: 1280x720 x 121 frames at 16 bits per pixel, about 223 MB.
 UNSIZED_DOWNLOAD_CAP = 256 << 20
+# Poll interval once the job is due: a status GET costs the server well under a millisecond,
+# and what is left of a due job (VAE decode, MP4 encode) lasts a fraction of a second to seconds.
+FAST_POLL_S = 0.04
 
-
-# ----------------------------------------------------------------------------- results
-
-@dataclass
-class JobState:
-    """One poll of GET /v1/videos/{id}. `raw` is the server's job object."""
-
-    job_id: str
-    status: str                       # queued | in_progress | completed | failed
-    error: Optional[str] = None       # failed jobs: the server's error message
-    error_code: Any = None
-    http_status: int = 200
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)
-
-    @property
-    def done(self) -> bool:
-        return self.status in ("completed", "failed")
-
-    @property
-    def completed_at(self) -> Optional[float]:
-        value = self.raw.get("completed_at")
-        return float(value) if isinstance(value, (int, float)) else None
-
-
-@dataclass(frozen=True)
-class JobUpdate:
-    """Sent to on_update after each poll: time spent queued and running so far (seconds)."""
-
-    job_id: str
-    status: str
-    queued_s: float
-    running_s: float
-
-
-@dataclass
-class GenerationResult:
-    """A finished job. timings: see VideoClient.generate."""
-
-    job_id: str
-    mp4: bytes = field(repr=False)
-    video: DecodedVideo
-    timings: dict[str, float]
-    job: dict[str, Any] = field(default_factory=dict, repr=False)
-
-
-class GenerationCancelled(LauncherError):
-    """should_cancel() turned true: the job was deleted on the server (best effort).
-
-    job_id is "" when the cancel came before the server assigned one; status is the last
-    status seen ("queued" / "in_progress"); deleted says whether the server confirmed it."""
-
-    def __init__(self, job_id: str, status: str = "", deleted: bool = True, raw: str = "") -> None:
-        self.job_id, self.status, self.deleted = job_id, status, deleted
-        if status == "queued":
-            why = "the prompt was interrupted while the job was still queued; it never reached the GPU"
-            fix = "queue the prompt again when you want the video"
-        else:
-            why = ("the prompt was interrupted. A Wan denoise that has already started keeps the GPU busy "
-                   "until it ends: vLLM-Omni cannot abort it, it only drops the result")
-            fix = ("wait for the GPU to finish before the next job starts, or restart the server from the "
-                   "launcher to free it at once")
-        if not deleted:
-            why += "; the server did not confirm the deletion"
-        if not job_id:
-            why = "the prompt was interrupted before the job reached the server"
-            fix = "queue the prompt again when you want the video"
-        super().__init__(f"Job {strip_control(job_id)} was cancelled" if job_id else "The video job was cancelled",
-                         why, fix, setting="", raw=raw)
-
-
-# ----------------------------------------------------------------------------- client
 
 REMOTE_LOG_HINT = ("check the log on the machine that runs the server (`serve` prints its path); queue the "
                    "prompt again once the server answers")
@@ -261,11 +196,12 @@ class VideoClient:
     def generate(self, req: VideoRequest, *, on_update: Optional[Callable[[JobUpdate], None]] = None,
                  should_cancel: Optional[Callable[[], bool]] = None, poll_interval: float = 0.25,
                  timeout_s: Optional[float] = None, keep_job: bool = False,
-                 frame_multiplier: int = 1) -> GenerationResult:
+                 frame_multiplier: int = 1, due: Optional[Callable[[], bool]] = None) -> GenerationResult:
         """Submit, poll until done, download, decode, delete the job on the server.
 
         Polls every `poll_interval` seconds (sleeps never exceed it nor 0.25 s between
-        should_cancel checks). on_update gets a JobUpdate after every poll. When
+        should_cancel checks), and every FAST_POLL_S while `due()` is true (the job should
+        be finishing: see the module docstring). on_update gets a JobUpdate after every poll. When
         should_cancel() is true the job is deleted at once and GenerationCancelled raised.
         `timeout_s` (None: wait forever) bounds submit -> completion; on expiry the job is
         deleted and a LauncherError raised. The MP4 may be at most req.bounds() in size and
@@ -329,7 +265,7 @@ class VideoClient:
                         f"it was still {state.status.replace('_', ' ')} on the server; the launcher deleted it",
                         "raise the time limit, lower steps/frames/size, or check the server log for a hang",
                         setting="timeout")
-                sleep_checking(poll, should_cancel, self._http.sleep)
+                self._wait_for_next_poll(poll, due, should_cancel)
             timings["job_done"] = time.monotonic() - t0
             timings["queued"], timings["running"] = queued_s, running_s
             if state.completed_at is not None:
@@ -352,6 +288,20 @@ class VideoClient:
             if cleanup:
                 self.delete(job_id)
         return GenerationResult(job_id, mp4, video, timings, state.raw)
+
+    def _wait_for_next_poll(self, poll: float, due: Optional[Callable[[], bool]],
+                            should_cancel: Optional[Callable[[], bool]]) -> None:
+        """Sleep `poll` seconds, in FAST_POLL_S slices cut short as soon as `due()` is true."""
+        if due is None:
+            sleep_checking(poll, should_cancel, self._http.sleep)
+            return
+        left = poll
+        while left > 0:
+            step = min(FAST_POLL_S, left)
+            sleep_checking(step, should_cancel, self._http.sleep)
+            left -= step
+            if _quietly(due):
+                return
 
     def _lost(self, job_id: str, last_status: str, exc: LauncherError) -> LauncherError:
         """A poll failed for good: name the job and what the server was doing."""
@@ -389,6 +339,14 @@ def _job_path(job_id: str, tail: str = "") -> str:
     return f"/v1/videos/{segment}{tail}"
 
 
+def _quietly(due: Callable[[], bool]) -> bool:
+    """`due()`, where a failing callback only means "not due" (it is a speed hint)."""
+    try:
+        return bool(due())
+    except Exception:  # noqa: BLE001
+        return False
+
+
 def _job_text(state: JobState) -> str:
     try:
         return f"HTTP {state.http_status}: " + json.dumps(state.raw)
@@ -397,6 +355,5 @@ def _job_text(state: JobState) -> str:
 
 
 __all__ = [
-    "VideoRequest", "VideoClient", "JobState", "JobUpdate", "GenerationResult", "GenerationCancelled",
-    "RetryPolicy", "Deadlines",
+    "VideoRequest", "VideoClient", "RetryPolicy", "Deadlines",
 ]

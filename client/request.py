@@ -4,9 +4,17 @@ Upstream facts (checked against the 0.30 wheel): `POST /v1/videos` takes multipa
 `num_frames` and `fps` are always sent (omitting them gives a 1-frame clip at 24 fps); `model`
 is never sent (a mismatch is a 400 and the server knows its model); 0.26 takes `fps` as an int,
 0.30 as a float >= 1.
+
+Per-request extras (both 0.26 and 0.30): `lora` is one JSON object `{"name", "path", "scale"}`
+naming a PEFT folder on the server's disk (`entrypoints/openai/utils.py: parse_lora_request`;
+name and path are required, the int id defaults to a hash of the path); `extra_params` is a
+JSON object whose `sample_solver` ("unipc" default, "euler") Wan reads per request
+(`pipeline_wan2_2.py: resolve_wan_sample_solver`); RIFE frame interpolation is four flat fields
+and turns F frames into (F-1)*2**exp+1 at fps*2**exp (`postprocess/rife_interpolator.py`).
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -15,14 +23,60 @@ from ..errors import LauncherError
 from .bounds import ClipBounds, bounds_for
 
 
+SAMPLERS = ("unipc", "euler")
+DEFAULT_SAMPLER = "unipc"
+
+
+@dataclass(frozen=True)
+class RequestLora:
+    """One per-request LoRA: a PEFT folder (adapter_config.json + adapter_model.safetensors) as
+    the *server* sees it, and its strength. vLLM-Omni takes one adapter per request."""
+
+    name: str
+    path: str
+    scale: float = 1.0
+
+    def form_value(self) -> str:
+        """The `lora` form field exactly as upstream's parser reads it."""
+        return json.dumps({"name": self.name, "path": self.path, "scale": float(self.scale)})
+
+
+@dataclass(frozen=True)
+class FrameInterpolation:
+    """RIFE post-interpolation: 2**exp times the frames (minus the seams) and the fps.
+    `model_path` is a folder holding flownet.pkl on the server's disk; the launcher never lets
+    the server download one (upstream's default is a Hugging Face repo)."""
+
+    model_path: str
+    exp: int = 1
+    scale: float = 1.0
+
+    @property
+    def multiplier(self) -> int:
+        return 2 ** int(self.exp)
+
+    def form_fields(self) -> dict[str, str]:
+        if int(self.exp) < 1 or not float(self.scale) > 0:
+            raise LauncherError(
+                f"Frame interpolation exp {self.exp} / scale {self.scale} is not valid",
+                "vLLM-Omni needs exp >= 1 (1 doubles the frames, 2 quadruples them) and a scale above 0",
+                "set interpolation_exp to 1 or 2 and interpolation_scale to 1.0 (0.5 for large clips)",
+                setting="interpolation_exp")
+        return {"enable_frame_interpolation": "true", "frame_interpolation_exp": str(int(self.exp)),
+                "frame_interpolation_scale": _form_text(float(self.scale)),
+                "frame_interpolation_model_path": self.model_path}
+
+
 @dataclass
 class VideoRequest:
     """One Wan2.2 generation. None means "let the server decide" and is not sent.
 
     `num_frames` and `fps` are always sent. `image_png` (PNG bytes, see frames.image_to_png)
-    is uploaded as `input_reference` for I2V / TI2V. `extra` holds further raw form fields
-    for advanced use (e.g. {"extra_params": '{"sample_solver": "euler"}'}); it may not carry
-    `model`.
+    is uploaded as `input_reference` for I2V / TI2V. `lora` is the request's one PEFT adapter;
+    `sampler` ("unipc" / "euler"; None or "unipc", upstream's default, sends nothing) goes out
+    as extra_params.sample_solver; `interpolation` turns on RIFE. `extra` holds further raw
+    form fields for advanced use; it may not carry `model`, and its `extra_params` JSON object
+    is merged with the sampler's.
     """
 
     prompt: str
@@ -39,6 +93,9 @@ class VideoRequest:
     seed: Optional[int] = None
     image_png: Optional[bytes] = field(default=None, repr=False)
     extra: dict[str, str] = field(default_factory=dict)
+    lora: Optional[RequestLora] = None
+    sampler: Optional[str] = None
+    interpolation: Optional[FrameInterpolation] = None
 
     def form_fields(self, server_version: tuple[int, int] = (0, 30)) -> dict[str, Any]:
         """The multipart form: str values are text fields; `input_reference` is a
@@ -75,14 +132,53 @@ class VideoRequest:
                     "remove 'model' from the extra form fields", setting="extra")
             if value is not None:
                 form[key] = _form_text(value)
+        extra_params = _extra_params(form.get("extra_params"), self.sampler)
+        if extra_params is not None:
+            form["extra_params"] = extra_params
+        if self.lora is not None:
+            form["lora"] = self.lora.form_value()
+        if self.interpolation is not None:
+            form.update(self.interpolation.form_fields())
         if self.image_png is not None:
             form["input_reference"] = ("image.png", bytes(self.image_png), "image/png")
         return form
 
     def bounds(self, frame_multiplier: int = 1) -> ClipBounds:
         """What the server's clip for this request may be (size, frames, bytes); see bounds.py.
-        `frame_multiplier`: the frame interpolation factor, when `extra` turns it on."""
+        `frame_multiplier`: the frame interpolation factor when raw `extra` fields turn it on;
+        with `interpolation` set, exactly its multiplier applies."""
+        if self.interpolation is not None:
+            frame_multiplier = self.interpolation.multiplier
         return bounds_for(self.width, self.height, self.num_frames, self.extra, frame_multiplier)
+
+
+def _extra_params(raw: Optional[str], sampler: Optional[str]) -> Optional[str]:
+    """The extra_params JSON: the raw field's object plus sample_solver for a non-default sampler."""
+    if sampler is not None and sampler not in SAMPLERS:
+        raise LauncherError(
+            f"Sampler {sampler!r} is not known",
+            f"Wan2.2 on vLLM-Omni has the samplers {', '.join(SAMPLERS)}",
+            "pick unipc (the default) or euler (for 4-step distill LoRAs)", setting="sampler")
+    if sampler in (None, DEFAULT_SAMPLER):
+        return raw
+    params: Any = {}
+    if raw is not None:
+        try:
+            params = json.loads(raw)
+        except ValueError:
+            params = None
+        if not isinstance(params, dict):
+            raise LauncherError(
+                "The extra_params field is not a JSON object",
+                "vLLM-Omni answers 400 'Invalid JSON in form field.' to anything else",
+                'write it as a JSON object, e.g. {"flow_shift": 12}', setting="extra")
+    if params.get("sample_solver", sampler) != sampler:
+        raise LauncherError(
+            "Two samplers were given",
+            f"the sampler input says {sampler} and extra_params says {params['sample_solver']}",
+            "remove sample_solver from extra_params and use the sampler input", setting="sampler")
+    params["sample_solver"] = sampler
+    return json.dumps(params)
 
 
 def _check_fps(fps: Any, server_version: tuple[int, int]) -> str:
@@ -118,4 +214,4 @@ def _form_text(value: Any) -> str:
     return str(value)
 
 
-__all__ = ["VideoRequest"]
+__all__ = ["DEFAULT_SAMPLER", "FrameInterpolation", "RequestLora", "SAMPLERS", "VideoRequest"]

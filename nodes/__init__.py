@@ -5,12 +5,14 @@ Node ids carry the `VLLMOmni` prefix and never change: workflows store them.
 from ..server import registry
 from .doctor_node import Doctor
 from .generate_node import GenerateVideo
+from .lora_nodes import LoraModel
 from .model_nodes import LoadModel, ServingConfig
 from .server_nodes import LocalServer, RemoteServer, ServerStatus, StopServer
 
 _NODES = {
     "VLLMOmniLoadModel": (LoadModel, "vLLM-Omni Load Wan2.2 Model"),
     "VLLMOmniServingConfig": (ServingConfig, "vLLM-Omni Serving Config"),
+    "VLLMOmniLora": (LoraModel, "vLLM-Omni LoRA"),
     "VLLMOmniLocalServer": (LocalServer, "vLLM-Omni Local Server"),
     "VLLMOmniRemoteServer": (RemoteServer, "vLLM-Omni Remote Server"),
     "VLLMOmniGenerateVideo": (GenerateVideo, "vLLM-Omni Generate Video"),

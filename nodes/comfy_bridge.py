@@ -120,12 +120,38 @@ def make_video(mp4: bytes, fps: float) -> Any:
 
 def diffusers_folders() -> list[Path]:
     """ComfyUI's model folders that may hold Diffusers-format Wan2.2 repos."""
+    return model_folders("diffusers", "diffusion_models")
+
+
+def lora_folders() -> list[Path]:
+    """ComfyUI's `loras` model folders (models/loras and extra_model_paths.yaml entries)."""
+    return model_folders("loras")
+
+
+def interpolation_models() -> dict[str, Path]:
+    """RIFE folders (holding flownet.pkl) under ComfyUI's models/frame_interpolation, by relative name."""
+    roots = model_folders("frame_interpolation")
+    try:
+        import folder_paths  # type: ignore[import-not-found]
+        roots.append(Path(folder_paths.models_dir) / "frame_interpolation")
+    except (ImportError, AttributeError):
+        pass
+    found: dict[str, Path] = {}
+    for root in roots:
+        for weights in sorted(root.rglob("flownet.pkl")) if root.is_dir() else ():
+            name = weights.parent.relative_to(root).as_posix()
+            found.setdefault(name if name != "." else root.name, weights.parent)
+    return found
+
+
+def model_folders(*keys: str) -> list[Path]:
+    """The existing folders ComfyUI registers under these model-folder keys."""
     try:
         import folder_paths  # type: ignore[import-not-found]
     except ImportError:
         return []
     roots: list[Path] = []
-    for key in ("diffusers", "diffusion_models"):
+    for key in keys:
         try:
             roots += [Path(p) for p in folder_paths.get_folder_paths(key)]
         except (KeyError, AttributeError):

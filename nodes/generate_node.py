@@ -3,12 +3,35 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from . import session
+from ..client.request import DEFAULT_SAMPLER, SAMPLERS, FrameInterpolation
+from ..errors import LauncherError
+from . import comfy_bridge, session
 from .handles import SERVER_TYPE, ServerHandle
 
 CATEGORY = "vLLM-Omni"
 ZERO = "0 = the model's recommended value"
 MINUS_ONE = "-1 = the model's recommended value"
+NO_MODEL = "(none)"
+INTERPOLATION = {"off": 0, "x2": 1, "x4": 2}      # widget -> RIFE exp (frames and fps times 2**exp)
+
+
+def interpolation_for(choice: str, model_name: str) -> Optional[FrameInterpolation]:
+    """The frame interpolation widgets as a request part; the RIFE folder must be a list entry."""
+    exp = INTERPOLATION.get(choice)
+    if exp is None:
+        raise LauncherError(f"Frame interpolation '{choice}' is not known", "allowed: off, x2, x4",
+                            "pick off, x2 or x4", setting="frame_interpolation")
+    if not exp:
+        return None
+    path = comfy_bridge.interpolation_models().get(model_name)
+    if path is None:
+        raise LauncherError(
+            f"Frame interpolation model '{model_name}' is not available",
+            "frame interpolation needs a RIFE folder (holding flownet.pkl) under ComfyUI/models/frame_interpolation; "
+            "the launcher never lets the server download one",
+            "put a RIFE folder (e.g. RIFE-4.22.lite) there, refresh the node definitions (press R) and pick it as "
+            "interpolation_model, or set frame_interpolation to off", setting="interpolation_model")
+    return FrameInterpolation(str(path), exp)
 
 
 class GenerateVideo:
@@ -63,15 +86,31 @@ class GenerateVideo:
                                  "tooltip": "noise seed: the same seed and settings give the same video; a new "
                                             "seed re-runs only this node"}),
             },
-            "optional": {"image": ("IMAGE", {"tooltip": "start frame: required for I2V-A14B, optional for "
-                                                        "TI2V-5B, refused by T2V-A14B (first image of a batch)"})},
+            "optional": {
+                "image": ("IMAGE", {"tooltip": "start frame: required for I2V-A14B, optional for "
+                                               "TI2V-5B, refused by T2V-A14B (first image of a batch)"}),
+                # Optional and after the original widgets: saved workflows store values by position,
+                # and released API workflows (without them) must still validate.
+                "sampler": (list(SAMPLERS), {"default": DEFAULT_SAMPLER,
+                                             "tooltip": "unipc (upstream's default) or euler (for 4-step "
+                                                        "distill LoRAs such as lightx2v)"}),
+                "frame_interpolation": (list(INTERPOLATION), {
+                    "default": "off", "tooltip": "RIFE after decoding: x2 / x4 the frames and the fps "
+                                                 "(frames become (F-1)*k+1); needs interpolation_model"}),
+                "interpolation_model": ([NO_MODEL, *sorted(comfy_bridge.interpolation_models())], {
+                    "default": NO_MODEL, "tooltip": "a RIFE folder (flownet.pkl) under "
+                                                    "ComfyUI/models/frame_interpolation; local servers only"}),
+            },
             "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
     def generate(self, server: ServerHandle, prompt: str, negative_prompt: str, width: int, height: int,
                  frames: int, fps: float, steps: int, guidance: float, guidance_2: float, boundary_ratio: float,
-                 flow_shift: float, seed: int, image: Any = None, unique_id: Optional[str] = None):
+                 flow_shift: float, seed: int, sampler: str = DEFAULT_SAMPLER, frame_interpolation: str = "off",
+                 interpolation_model: str = NO_MODEL, image: Any = None, unique_id: Optional[str] = None):
         return session.generate_video(
-            server, image=image, node_id=unique_id, prompt=prompt, negative_prompt=negative_prompt, width=width,
-            height=height, frames=frames, fps=fps, steps=steps, guidance=guidance, guidance_2=guidance_2,
-            boundary_ratio=boundary_ratio, flow_shift=flow_shift, seed=seed)
+            server, image=image, node_id=unique_id, sampler=sampler,
+            interpolation=interpolation_for(frame_interpolation, interpolation_model), prompt=prompt,
+            negative_prompt=negative_prompt, width=width, height=height, frames=frames, fps=fps, steps=steps,
+            guidance=guidance, guidance_2=guidance_2, boundary_ratio=boundary_ratio, flow_shift=flow_shift,
+            seed=seed)

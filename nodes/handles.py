@@ -15,7 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from ..client.request import RequestLora
+
 from ..models import FAMILIES, WanFamily
+# The serving choice and the plan's request limit are the core's (planner/launch_plan.py); they
+# travel in handles, so the nodes import them from here.
+from ..planner.launch_plan import RequestLimit, ServingChoice
+from ..server.loras import LoraEntry
 
 MODEL_TYPE = "VLLM_OMNI_MODEL"
 SERVING_TYPE = "VLLM_OMNI_SERVING"
@@ -28,42 +34,18 @@ class ModelChoice:
 
     `label` is the entry picked in Load Model (a preset id or `local/<relative path>`);
     `model` is what the server is started with (the preset id, or the folder's path here).
+    `loras`: the LoRAs chained onto it by vLLM-Omni LoRA nodes, in order (server/loras.py
+    decides whether each is fused at startup or sent per request).
     """
 
     model: str
     family_key: str
     label: str = ""
+    loras: tuple[LoraEntry, ...] = ()
 
     @property
     def family(self) -> WanFamily:
         return FAMILIES[self.family_key]
-
-
-@dataclass(frozen=True)
-class ServingChoice:
-    """How to serve it: the serving-config node's widgets, before GPUs are resolved."""
-
-    gpus: str = "auto"                 # auto | all | "0" | "0,1" | "count=2"
-    parallel_mode: str = "auto"        # auto | none | ulysses | cfg | tensor | ring | hsdp
-    parallel_degree: int = 2
-    vae_patch_parallel: int = 1
-    offload: str = "none"
-    fp8: bool = False
-    vae_tiling: bool = False
-    cache_backend: str = "none"
-    compile: bool = True
-    keep_alive_minutes: float = 0.0
-    auto_fallback: bool = True
-
-
-@dataclass(frozen=True)
-class RequestLimit:
-    """The largest request the serving plan fits when the model's defaults do not (planner reduced it)."""
-
-    width: int
-    height: int
-    frames: int
-    note: str                          # what the planner said, for the Generate node's text
 
 
 @dataclass(frozen=True)
@@ -72,7 +54,8 @@ class ServerHandle:
 
     local:  `server_id` is the fingerprint of the launch spec asked for; `model` and `serving`
             let Generate Video start it again when it is no longer running; `limit` is the
-            plan's reduced default request, applied where Generate's widgets say 0.
+            plan's reduced default request, applied where Generate's widgets say 0; `lora`
+            is the per-request LoRA of the model's chain (fused ones are in the server itself).
     remote: `remote_name` is the locally configured server's name ("" for a typed URL).
     """
 
@@ -86,6 +69,7 @@ class ServerHandle:
     serving: Optional[ServingChoice] = None
     limit: Optional[RequestLimit] = None
     remote_name: str = ""
+    lora: Optional[RequestLora] = None
 
     @property
     def family(self) -> WanFamily:
@@ -96,3 +80,7 @@ class ServerHandle:
         return f"ServerHandle({self.kind} {self.url}{where} model={self.served_name!r})"
 
     __str__ = __repr__
+
+
+__all__ = ["MODEL_TYPE", "SERVING_TYPE", "SERVER_TYPE", "ModelChoice", "RequestLimit", "ServerHandle",
+           "ServingChoice"]

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from ..errors import LauncherError
 from ..models import FAMILIES, LOCAL_PREFIX, LocalModel, find_local_models
-from ..server.spec import CACHE_BACKENDS, OFFLOAD_MODES, PARALLEL_MODES
-from . import comfy_bridge
+from ..server.settings import settings_of
+from . import comfy_bridge, setting_inputs
 from .handles import MODEL_TYPE, SERVING_TYPE, ModelChoice, ServingChoice
 
 CATEGORY = "vLLM-Omni"
@@ -74,41 +74,9 @@ class ServingConfig:
 
     @classmethod
     def INPUT_TYPES(cls):  # noqa: N802
-        return {"required": {
-            "gpus": ("STRING", {"default": "auto", "tooltip": "auto (planner picks from the visible GPUs), all, "
-                                                              "GPU ids like 0 or 0,1, or count=2"}),
-            "parallel_mode": (["auto", *PARALLEL_MODES], {"default": "auto", "tooltip":
-                              "one multi-GPU mode: cfg (2 GPUs, CFG on; best without NVLink), ulysses (speed), "
-                              "tensor/hsdp (memory), ring; none = one GPU; auto = the memory planner decides "
-                              "(and the settings below are its starting point)"}),
-            "parallel_degree": ("INT", {"default": 2, "min": 1, "max": 8,
-                                        "tooltip": "GPUs used by the parallel mode (world size); ignored for "
-                                                   "auto and none"}),
-            "vae_patch_parallel": ("INT", {"default": 1, "min": 1, "max": 8,
-                                           "tooltip": "split the VAE decode across this many of the same GPUs "
-                                                      "(1 = off)"}),
-            "offload": (list(OFFLOAD_MODES), {"default": "none", "tooltip":
-                        "module: text encoder and DiT swap via CPU RAM; layerwise: DiT blocks streamed from CPU "
-                        "RAM (1 GPU only, slowest)"}),
-            "fp8": ("BOOLEAN", {"default": False, "tooltip": "FP8 DiT weights (not validated upstream for Wan2.2; "
-                                                             "with auto, allows the planner to use it last)"}),
-            "vae_tiling": ("BOOLEAN", {"default": False, "tooltip": "tiled VAE decode: a much lower memory peak "
-                                                                    "for long or large clips, slightly slower"}),
-            "cache_backend": (list(CACHE_BACKENDS), {"default": "none",
-                                                     "tooltip": "cache_dit: reuse DiT block outputs across steps "
-                                                                "(faster, small quality cost)"}),
-            "compile": ("BOOLEAN", {"default": True, "tooltip": "torch.compile: slower start, faster steps"}),
-            "keep_alive_minutes": ("INT", {"default": 0, "min": 0, "max": 1440,
-                                           "tooltip": "stop the server after this many idle minutes to free the "
-                                                      "GPUs (0 = keep it running); the next job starts it again"}),
-            "auto_fallback": ("BOOLEAN", {"default": True, "tooltip":
-                              "on out-of-memory, step down to a leaner configuration and retry by itself"}),
-        }}
+        # Declared once, in ServingChoice (planner/launch_plan.py): types, choices, defaults and
+        # tooltips; saved workflows store the values by position, in that declaration order.
+        return {"required": setting_inputs.widgets(settings_of(ServingChoice))}
 
-    def configure(self, gpus, parallel_mode, parallel_degree, vae_patch_parallel, offload, fp8, vae_tiling,
-                  cache_backend, compile, keep_alive_minutes, auto_fallback):  # noqa: A002 (widget name)
-        return (ServingChoice(gpus=gpus.strip() or "auto", parallel_mode=parallel_mode,
-                              parallel_degree=parallel_degree, vae_patch_parallel=vae_patch_parallel,
-                              offload=offload, fp8=fp8, vae_tiling=vae_tiling, cache_backend=cache_backend,
-                              compile=compile, keep_alive_minutes=float(keep_alive_minutes),
-                              auto_fallback=auto_fallback),)
+    def configure(self, **widgets):
+        return (ServingChoice(**{**widgets, "gpus": widgets["gpus"].strip() or "auto"}),)

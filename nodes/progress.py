@@ -138,6 +138,14 @@ def estimate(url: str, family: str, units: float) -> Optional[float]:
     return rate * units if rate is not None else None
 
 
+REMOTE_DUE_SHARE = 0.9     # a remote job is "due" (poll fast) from this share of its estimate on
+
+
+def remote_due(running_s: float, estimate_s: Optional[float]) -> bool:
+    """Has a remote job run long enough that it should be finishing (from earlier jobs there)?"""
+    return bool(estimate_s) and running_s >= REMOTE_DUE_SHARE * float(estimate_s)
+
+
 def estimated_fraction(running_s: float, estimate_s: float) -> float:
     """Share of the job done: linear up to 80 % of the estimate, then growing towards (never
     reaching) 1, starting with the same slope: an overrunning job still moves and never looks
@@ -165,7 +173,18 @@ class JobProgress:
     run_floor: int = -1                                  # denoise runs up to this id belong to earlier jobs
     remote_estimate_s: Optional[float] = None
 
+    running_s: float = 0.0                               # as of the last poll
+
+    def due(self) -> bool:
+        """Should the job be finishing now (so the client polls faster)? Local: the log showed
+        this job's last denoise step. Remote: it ran 90% of the learned estimate."""
+        if self.local_progress is not None:
+            progress = self.local_progress()
+            return progress is not None and progress.denoised_after(self.run_floor)
+        return remote_due(self.running_s, self.remote_estimate_s)
+
     def on_update(self, update: Any) -> None:
+        self.running_s = update.running_s
         status = update.status
         if status == "queued":
             self.reporter.text(f"Queued {clock(update.queued_s)} (the server is busy with another job)")

@@ -13,20 +13,23 @@ the Local Server node needs no IS_CHANGED: re-queueing an unchanged graph runs n
 """
 from __future__ import annotations
 
-import threading
+from dataclasses import replace
 from typing import Any, NoReturn, Optional
 
-from ..client.api import LOCAL_LOG_HINT, REMOTE_LOG_HINT, GenerationCancelled, GenerationResult, VideoClient
+from ..client.api import LOCAL_LOG_HINT, REMOTE_LOG_HINT, VideoClient
+from ..client.job_results import GenerationCancelled, GenerationResult
 from ..client.frames import image_to_png
+from ..client.request import FrameInterpolation
 from ..client.transport import Deadlines
 from ..errors import LauncherError
 from ..models import request_for
 from ..planner.doctor import run_doctor
-from ..server import registry
+from ..planner.launch_plan import LaunchPlan
+from ..server import registry, versions
+from ..server.loras import LoraPlan, plan_loras
 from ..server.local_config import LocalConfig, load_local_config, origin
 from . import comfy_bridge, progress
 from .handles import ModelChoice, RequestLimit, ServerHandle, ServingChoice
-from .serving import ServingPlan, resolve_spec
 
 USE_URL = "(use url)"        # Remote Server: no configured server picked, the url widget applies
 
@@ -36,20 +39,27 @@ def start_local(model: ModelChoice, serving: ServingChoice, node_id: Optional[st
     """Start (or reuse) the server for these choices; the plan and the launch show on the node."""
     with progress.reporting(node_id, "Planning the launch") as reporter:
         config = load_local_config()
-        sup, plan = _launch(model, serving, config, reporter)
+        sup, plan, loras = _launch(model, serving, config, reporter)
         status = sup.status()
         text = status.text + (f"\n{status.fallback_note}" if status.fallback_note else "")
+        text += "".join(f"\n{note}" for note in loras.notes)
         reporter.text(text + (f"\n\n{plan.text}" if plan.text else ""))
         return ServerHandle("local", sup.url or "", sup.spec.served_name, sup.spec.family.key,
                             server_id=plan.spec.fingerprint(), server_version=sup.server_version,
-                            model=model, serving=serving, limit=plan.limit)
+                            model=model, serving=serving, limit=plan.limit, lora=loras.per_request)
 
 
 def _launch(model: ModelChoice, serving: ServingChoice, config: LocalConfig,
-            reporter: progress.NodeReporter) -> tuple[Any, ServingPlan]:
-    plan = resolve_spec(model, serving, config)
+            reporter: progress.NodeReporter) -> tuple[Any, LaunchPlan, LoraPlan]:
+    plan = serving.resolve(model.model, config)
+    # Fused LoRAs are part of the server (its spec and fingerprint); per-request ones ride on the handle.
+    loras = plan_loras(model.loras, model.family, versions.checked_server_version(config))
+    plan = replace(plan, spec=plan.spec.with_changes(lora=loras.startup))
     if plan.text:
         reporter.text(plan.text)
+    if any(s.spec != plan.spec and s.spec.with_changes(lora=plan.spec.lora) == plan.spec
+           for s in registry.all_servers()):
+        reporter.text("Restarting: LoRA changed (fused LoRAs are part of the server)")
     try:
         sup = registry.get_or_start(plan.spec, config, fallback=plan.fallback, on_status=reporter.launch_status,
                                     keep_alive_minutes=serving.keep_alive_minutes,
@@ -57,7 +67,7 @@ def _launch(model: ModelChoice, serving: ServingChoice, config: LocalConfig,
     except registry.LaunchCancelled:
         reporter.text("Cancelled while starting: the server and all its processes were stopped")
         _end_interrupted()
-    return sup, plan
+    return sup, plan, loras
 
 
 def _running_local(handle: ServerHandle, config: LocalConfig, reporter: progress.NodeReporter) -> Any:
@@ -70,7 +80,7 @@ def _running_local(handle: ServerHandle, config: LocalConfig, reporter: progress
                             "not say how to start it", "connect a Local Server node and queue again",
                             setting="server")
     reporter.text("The local server is not running (stopped, idle or crashed): starting it again")
-    sup, _ = _launch(handle.model, handle.serving, config, reporter)
+    sup, _, _ = _launch(handle.model, handle.serving, config, reporter)
     return sup
 
 
@@ -138,13 +148,22 @@ def _remote_key(handle: ServerHandle, config: LocalConfig) -> tuple[str, Optiona
 
 # ----------------------------------------------------------------------------- one job
 def generate_video(handle: ServerHandle, *, image: Any = None, node_id: Optional[str] = None,
+                   sampler: Optional[str] = None, interpolation: Optional[FrameInterpolation] = None,
                    **widgets: Any) -> tuple[Any, float, Any]:
     """One job: (IMAGE frames, fps, VIDEO). Widgets are Generate Video's, 0 / -1 meaning the
-    model's value (or the serving plan's, when the plan fits less than the model's default)."""
+    model's value (or the serving plan's, when the plan fits less than the model's default).
+    The handle's per-request LoRA, the sampler and frame interpolation go with the request."""
     with progress.reporting(node_id, "Checking the request") as reporter:
         widgets, note = _apply_limit(handle.limit, widgets)
         png = image_to_png(comfy_bridge.image_to_uint8(image)) if image is not None else None
         request = request_for(handle.family, image_png=png, **widgets)
+        if interpolation is not None and handle.kind == "remote":
+            raise LauncherError(
+                "Frame interpolation needs a local server", "its RIFE model path is a folder on this machine, "
+                "which a remote server cannot read", "set frame_interpolation to off, or use a Local Server",
+                setting="frame_interpolation")
+        request = replace(request, lora=handle.lora, sampler=sampler, interpolation=interpolation)
+        note = "\n".join(n for n in (note, _idle_cfg_note(handle, request)) if n)
         result = _run(handle, request, reporter)
         video = result.video
         reporter.text(f"Done: {video.num_frames} frames {video.width}x{video.height} at {video.fps:g} fps "
@@ -153,19 +172,19 @@ def generate_video(handle: ServerHandle, *, image: Any = None, node_id: Optional
                 comfy_bridge.make_video(result.mp4, video.fps))
 
 
+def _idle_cfg_note(handle: ServerHandle, request: Any) -> str:
+    """At guidance 1 (distill LoRAs) there is no CFG, so a CFG-parallel server leaves a GPU idle."""
+    sup = registry.find(handle.server_id) if handle.kind == "local" else None
+    no_cfg = (request.guidance or 0) <= 1 and (request.guidance_2 is None or request.guidance_2 <= 1)
+    if sup is None or not no_cfg or sup.spec.parallel.mode != "cfg":
+        return ""
+    return ("CFG parallel does nothing at guidance 1 (no CFG): the second GPU idled. Set Serving Config's "
+            "parallel_mode to ulysses (or ring / tensor) for this workflow")
+
+
 def _apply_limit(limit: Optional[RequestLimit], widgets: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """Where the widgets ask for the model's size or frames and the plan fits less, use the plan's."""
-    if limit is None:
-        return widgets, ""
-    changed = dict(widgets)
-    if not widgets.get("width") and not widgets.get("height"):
-        changed.update(width=limit.width, height=limit.height)
-    if not widgets.get("frames"):
-        changed["frames"] = limit.frames
-    names = [k for k in ("width", "height", "frames") if changed.get(k) != widgets.get(k)]
-    if not names:
-        return widgets, ""
-    return changed, f"{', '.join(names)} from the serving plan ({limit.note})"
+    return (widgets, "") if limit is None else limit.apply(widgets)
 
 
 def _run(handle: ServerHandle, request: Any, reporter: progress.NodeReporter) -> GenerationResult:
@@ -193,9 +212,10 @@ def _run(handle: ServerHandle, request: Any, reporter: progress.NodeReporter) ->
                          log_hint=LOCAL_LOG_HINT if sup is not None else REMOTE_LOG_HINT)
     try:
         with client:
-            result = client.generate(request, on_update=on_update, should_cancel=reporter.cancel_requested)
+            result = client.generate(request, on_update=on_update, should_cancel=reporter.cancel_requested,
+                                     due=tracker.due)
     except GenerationCancelled as cancelled:
-        _explain_cancel(cancelled, sup, reporter)
+        _explain_cancel(cancelled, sup, reporter, tracker.run_floor)
         _end_interrupted()
     tracker.finish()
     if sup is None:
@@ -203,18 +223,21 @@ def _run(handle: ServerHandle, request: Any, reporter: progress.NodeReporter) ->
     return result
 
 
-def _explain_cancel(cancelled: GenerationCancelled, sup: Any, reporter: progress.NodeReporter) -> None:
+def _explain_cancel(cancelled: GenerationCancelled, sup: Any, reporter: progress.NodeReporter,
+                    run_floor: int) -> None:
     unconfirmed = "" if cancelled.deleted else " (the server did not confirm the deletion)"
     if not cancelled.job_id or cancelled.status == "queued":
+        if sup is not None and cancelled.job_id:
+            sup.cancel_job(cancelled.job_id, queued=True)       # logged; nothing reached the GPU
         reporter.text("Cancelled before the job reached the GPU" + unconfirmed)
     elif cancelled.status == "completed":
         reporter.text("Cancelled while downloading the finished video")
     elif sup is not None:
-        reporter.text("Cancelled and deleted" + unconfirmed + ". vLLM-Omni cannot stop a Wan denoise it has "
-                      "started: if the GPU is still on it in 15 s, the launcher restarts the server to free it")
-        # In the background: the node ends now, the supervisor watches the GPU.
-        threading.Thread(target=sup.hard_cancel, args=(cancelled.job_id,), daemon=True,
-                         name="vllm-omni-hard-cancel").start()
+        # The supervisor weighs draining the denoise against a restart, and follows through in
+        # the background: the node ends now with the choice and its numbers.
+        decision = sup.cancel_job(cancelled.job_id, run_floor)
+        reporter.text(f"Cancelled and deleted{unconfirmed}. vLLM-Omni cannot stop a Wan denoise it has started. "
+                      f"{decision.text}")
     else:
         reporter.text("Cancelled and deleted on the remote server" + unconfirmed + ". A Wan denoise it has "
                       "started keeps that server's GPU busy until it ends (vLLM-Omni cannot abort it), so its "
@@ -268,7 +291,8 @@ def stop_servers(handle: Optional[ServerHandle], stop_all: bool, node_id: Option
 def doctor_report(model: Optional[ModelChoice], node_id: Optional[str]) -> dict[str, Any]:
     """The doctor's checks for this machine (and model), each problem with its fix."""
     with progress.reporting(node_id, "Checking GPUs, the server environment, disk and ports"):
-        report = run_doctor(model.model if model is not None else None, config=load_local_config())
+        report = run_doctor(model.model if model is not None else None, config=load_local_config(),
+                            lora_roots=comfy_bridge.lora_folders())
     return show(report.text(), node_id)
 
 

@@ -7,11 +7,15 @@ Plain Python (no torch, no ComfyUI). Public API:
 * ``step_down(spec, failure_kind, gpus_memory_gb, request_shape=None) -> (LaunchSpec, str) | None``.
 * ``run_doctor(model=None, ...) -> DoctorReport``.
 """
-from .doctor import DoctorReport, run_doctor
+from .calibration import CALIBRATION
+from .doctor import run_doctor
+from .doctor_report import DoctorReport
 from .gpus import GpuInfo, hypothetical_gpus, parse_gpu_memory, query_gpus
-from .ladder import FAILURE_KINDS, Recommendation, build_ladder, recommend, step_down
-from .memory import CALIBRATION, MemoryPlan, RequestShape, plan
+from .ladder import Recommendation, build_ladder, recommend
+from .memory import RequestShape, plan
+from .memory_plan import MemoryPlan
 from .model_sizes import ModelSizes, model_sizes
+from .step_down import FAILURE_KINDS, step_down
 
 __all__ = ["CALIBRATION", "DoctorReport", "FAILURE_KINDS", "GpuInfo", "MemoryPlan", "ModelSizes", "Recommendation",
            "RequestShape", "build_ladder", "hypothetical_gpus", "model_sizes", "parse_gpu_memory", "plan",

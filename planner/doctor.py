@@ -2,8 +2,8 @@
 
 Checks: the GPUs (NVML: name, memory, driver, compute capability), peer-to-peer access and
 topology between each pair, GPU memory this process (ComfyUI) holds itself, the server
-environment (its python runs a short script: python, vllm, vllm-omni, torch, CUDA, diffusers),
-host RAM, disk space for the model download, the model folder, and the port. Every check
+environment (planner/doctor_env.py: its python runs a short script: python, vllm, vllm-omni,
+torch, CUDA, diffusers), host RAM, disk space for the model download, the model folder, and the port. Every check
 that could not run says why ("unchecked"), so the report is useful on a machine with no GPU.
 """
 from __future__ import annotations
@@ -15,103 +15,20 @@ import shutil
 import socket
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from ..errors import LauncherError
 from ..models import FAMILIES, family_for
 from ..server import hf_cache
 from ..server.local_config import LocalConfig, load_local_config
-from ..server.server_env import SETUP_COMMAND, locate_server_program
-from ..server.versions import server_python
+from ..server.loras import find_loras, serving_note
+from .doctor_env import check_server_env, major_minor
+from .doctor_report import OK, PROBLEM, UNCHECKED, WARNING, Check, DoctorReport
 from .gpus import GIB, GpuInfo, load_nvml, peer_status, processes_on_gpus, query_gpus
 from .model_sizes import model_sizes
 
-OK, WARNING, PROBLEM, UNCHECKED = "ok", "warning", "problem", "unchecked"
 
-# vllm major.minor -> the torch and diffusers it pins (docs/upstream-facts.md, "Version pins").
-PINS = {(0, 30): {"torch": "2.13", "diffusers": "0.40"}, (0, 26): {"torch": "2.11", "diffusers": "0.38"}}
-SUPPORTED = ((0, 30), (0, 26))
-
-_ENV_SCRIPT = r"""
-import json, sys, platform
-out = {"python": platform.python_version(), "executable": sys.executable}
-try:
-    from importlib import metadata
-except ImportError:
-    metadata = None
-for dist in ("vllm", "vllm-omni", "torch", "diffusers", "transformers"):
-    try:
-        out[dist] = metadata.version(dist)
-    except Exception:
-        out[dist] = None
-try:
-    import torch
-    out["torch_cuda"] = torch.version.cuda
-    out["cuda_available"] = bool(torch.cuda.is_available())
-    out["cuda_devices"] = torch.cuda.device_count() if out["cuda_available"] else 0
-except Exception as exc:
-    out["torch_error"] = repr(exc)[:300]
-print("DOCTOR_JSON " + json.dumps(out))
-"""
-
-
-@dataclass
-class Check:
-    """One finding: status ok / warning / problem / unchecked, and the fix when not ok."""
-
-    name: str
-    status: str
-    summary: str
-    fix: str = ""
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class DoctorReport:
-    checks: list[Check]
-    gpus: list[GpuInfo] = field(default_factory=list)
-    peers: list[dict[str, Any]] = field(default_factory=list)
-    server_env: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def problems(self) -> list[Check]:
-        return [c for c in self.checks if c.status == PROBLEM]
-
-    @property
-    def unchecked(self) -> list[Check]:
-        return [c for c in self.checks if c.status == UNCHECKED]
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def check(self, name: str) -> Check:
-        return next(c for c in self.checks if c.name == name)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "checks": [c.to_dict() for c in self.checks],
-                "gpus": [g.to_dict() for g in self.gpus], "peers": self.peers, "server_env": self.server_env,
-                "problems": len(self.problems), "unchecked": [c.name for c in self.unchecked]}
-
-    def text(self) -> str:
-        mark = {OK: "ok  ", WARNING: "WARN", PROBLEM: "FAIL", UNCHECKED: "--  "}
-        lines = []
-        for c in self.checks:
-            lines.append(f"[{mark.get(c.status, c.status)}] {c.name}: {c.summary}")
-            if c.fix:
-                lines.append(f"       fix: {c.fix}")
-        n_prob, n_un = len(self.problems), len(self.unchecked)
-        lines.append(f"{n_prob} problem(s), {n_un} check(s) could not run" +
-                     (f" ({', '.join(c.name for c in self.unchecked)})" if n_un else ""))
-        return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------------------
 def _check_gpus(nvml: Any) -> tuple[list[Check], list[GpuInfo], list[dict[str, Any]]]:
     gpus, reason = query_gpus(nvml, shutdown=False)
     if not gpus:
@@ -182,113 +99,25 @@ def _check_gpus(nvml: Any) -> tuple[list[Check], list[GpuInfo], list[dict[str, A
     return checks, gpus, peers
 
 
-def _server_python(config: LocalConfig) -> tuple[Optional[str], str, str]:
-    """The server environment's python, where it came from (or None and why), and the fix when None.
-
-    The program is found by the launcher's own rule (server_env.locate_server_program), so the
-    doctor checks exactly the environment a launch would use. A configured server_env whose
-    bin/vllm is missing is still probed when it has a python: the report then says what it lacks."""
-    if config.server_env and not config.server_command:
-        env = Path(config.server_env).expanduser()
-        found = next((env / "bin" / n for n in ("python", "python3") if (env / "bin" / n).exists()), None)
-        if found is not None:
-            return str(found), f"server_env {env}", ""
-    try:
-        program = locate_server_program(config.server_command, config.server_env)
-    except LauncherError as exc:
-        return None, exc.why or exc.what, exc.fix
-    python = server_python(list(program.command))
-    if python is None:
-        return None, f"cannot find a python beside {program.command[0]} ({program.source})", (
-            f"point 'server_env' at the venv holding vllm, or run `{SETUP_COMMAND}`")
-    return python, program.source, ""
-
-
-def _parse_mm(version: Optional[str]) -> Optional[tuple[int, int]]:
-    if not version:
-        return None
-    parts = version.split("+")[0].split(".")
-    try:
-        return int(parts[0]), int(parts[1])
-    except (IndexError, ValueError):
-        return None
-
-
-def check_server_env(config: LocalConfig, runner: Callable[..., Any], timeout_s: float,
-                      machine_has_gpus: Optional[bool] = None) -> tuple[list[Check], dict[str, Any]]:
-    """The checks "server_env" (vllm / vllm-omni / torch / diffusers pins) and "server_cuda" (what torch sees),
-    and what the environment's python reported; also `setup`'s verdict on the environment it made."""
-    python, where, fix = _server_python(config)
-    if python is None:
-        return [Check("server_env", UNCHECKED if "not on PATH" in where else PROBLEM,
-                      f"server environment not checked: {where}", fix)], {}
-    try:
-        proc = runner([python, "-c", _ENV_SCRIPT], capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return [Check("server_env", PROBLEM, f"{python} did not answer within {timeout_s:.0f} s",
-                      "check that the environment is not on a stalled network disk")], {}
-    except OSError as exc:
-        return [Check("server_env", PROBLEM, f"cannot run {python}: {exc}",
-                      f"repair the server environment: `{SETUP_COMMAND}`")], {}
-    line = next((ln for ln in (proc.stdout or "").splitlines() if ln.startswith("DOCTOR_JSON ")), None)
-    if proc.returncode != 0 or line is None:
-        tail = ((proc.stderr or "") + (proc.stdout or "")).strip()[-400:]
-        return [Check("server_env", PROBLEM, f"{python} failed the version script",
-                      f"repair the server environment: `{SETUP_COMMAND}`",
-                      {"output": tail})], {}
-    env = json.loads(line[len("DOCTOR_JSON "):])
-    env["source"] = where
-    checks: list[Check] = []
-    vllm, omni = env.get("vllm"), env.get("vllm-omni")
-    base = f"python {env.get('python')} ({where}); vllm {vllm}, vllm-omni {omni}, torch {env.get('torch')}"
-    if not vllm or not omni:
-        missing = " and ".join(n for n, v in (("vllm", vllm), ("vllm-omni", omni)) if not v)
-        checks.append(Check("server_env", PROBLEM, f"{base}: {missing} not installed",
-                            f"run `{SETUP_COMMAND}`, or in that environment pip install vllm==0.30.0 "
-                            "vllm-omni==0.30.0 (vllm-omni declares no vllm dependency)", env))
-    else:
-        vm, om = _parse_mm(vllm), _parse_mm(omni)
-        if vm != om:
-            checks.append(Check("server_env", PROBLEM, f"{base}: major.minor differ",
-                                f"install the matching pair, e.g. pip install vllm=={omni} (upstream only warns "
-                                "'mismatched major/minor versions' and then misbehaves)", env))
-        elif om not in SUPPORTED:
-            checks.append(Check("server_env", WARNING, f"{base}: {om[0]}.{om[1]} is not a version this launcher "
-                                "was checked against (0.30, 0.26)",
-                                "use vllm-omni 0.30.0 with vllm 0.30.0", env))
-        else:
-            pins = PINS[om]
-            issues = []
-            tmm = _parse_mm(env.get("torch"))
-            if tmm and f"{tmm[0]}.{tmm[1]}" != pins["torch"]:
-                issues.append(f"torch {env.get('torch')} but vllm {vllm} pins torch {pins['torch']}")
-            dmm = _parse_mm(env.get("diffusers"))
-            if dmm and f"{dmm[0]}.{dmm[1]}" != pins["diffusers"]:
-                issues.append(f"diffusers {env.get('diffusers')} but vllm-omni {omni} pins {pins['diffusers']}")
-            if issues:
-                checks.append(Check("server_env", WARNING, base + ": " + "; ".join(issues),
-                                    "reinstall with the pins: pip install vllm==%s vllm-omni==%s" % (vllm, omni), env))
-            else:
-                checks.append(Check("server_env", OK, base + ", versions match", details=env))
-    if "torch_error" in env:
-        checks.append(Check("server_cuda", PROBLEM, f"torch does not import in the server environment: "
-                            f"{env['torch_error']}", "reinstall torch in the server environment", env))
-    elif env.get("torch"):
-        if env.get("cuda_available"):
-            checks.append(Check("server_cuda", OK, f"torch sees CUDA {env.get('torch_cuda')} and "
-                                f"{env.get('cuda_devices')} GPU(s)", details=env))
-        elif not env.get("torch_cuda"):
-            checks.append(Check("server_cuda", PROBLEM, f"torch {env.get('torch')} in the server environment is a "
-                                "CPU-only build", "install the CUDA build of torch that vllm pins", env))
-        elif machine_has_gpus is False:
-            checks.append(Check("server_cuda", UNCHECKED, f"torch (CUDA {env.get('torch_cuda')}) sees no GPU, "
-                                "and NVML found none (or could not run): CUDA could not be checked", details=env))
-        else:
-            checks.append(Check("server_cuda", PROBLEM,
-                                f"torch (CUDA build {env.get('torch_cuda')}) sees no GPU from the server environment",
-                                "a driver older than the CUDA build, or CUDA_VISIBLE_DEVICES hiding the GPUs: "
-                                "update the driver or install the torch build for it", env))
-    return checks, env
+def _check_loras(roots: Sequence[Path], version: Optional[tuple[int, int]]) -> Check:
+    """The LoRAs under `roots` and whether the server environment's vLLM-Omni can serve each."""
+    found = find_loras(roots)
+    if not found:
+        return Check("loras", OK, "no LoRAs under " + ", ".join(str(r) for r in roots))
+    if version is None:
+        return Check("loras", UNCHECKED, f"{len(found)} LoRA(s) found; the server's vLLM-Omni version is "
+                     "unknown, so whether each can be served was not checked", details={"loras": sorted(found)})
+    lines, bad = [], []
+    for name, path in sorted(found.items()):
+        servable, how = serving_note(path, version)
+        lines.append(f"{name}: {how}")
+        if not servable:
+            bad.append(name)
+    status = WARNING if bad else OK
+    fix = ("upgrade the server environment to vLLM-Omni 0.30 to fuse single-file LoRAs, or use PEFT folders"
+           if bad else "")
+    return Check("loras", status, f"{len(found)} LoRA(s), vLLM-Omni {version[0]}.{version[1]}: "
+                 + "; ".join(lines), fix, details={"loras": lines})
 
 
 def hf_cache_dir(config: Optional[LocalConfig] = None) -> Path:
@@ -396,8 +225,9 @@ def _check_host_ram() -> Check:
 
 def run_doctor(model: Optional[str] = None, *, config: Optional[LocalConfig] = None, host: Optional[str] = None,
                port: Optional[int] = None, nvml: Any = None, runner: Callable[..., Any] = subprocess.run,
-               timeout_s: float = 90.0) -> DoctorReport:
-    """Run every check. `nvml` may be a stand-in module (tests); `runner` replaces subprocess.run."""
+               timeout_s: float = 90.0, lora_roots: Sequence[Path] = ()) -> DoctorReport:
+    """Run every check. `nvml` may be a stand-in module (tests); `runner` replaces subprocess.run.
+    `lora_roots`: the folders to list LoRAs from (ComfyUI's models/loras)."""
     config = config or load_local_config()
     checks: list[Check] = []
     mod, reason = load_nvml(nvml)
@@ -429,6 +259,8 @@ def run_doctor(model: Optional[str] = None, *, config: Optional[LocalConfig] = N
     checks += env_checks
     checks.append(_check_host_ram())
     checks += _check_model(model, config)
+    if lora_roots:
+        checks.append(_check_loras(lora_roots, major_minor(env.get("vllm-omni")) if env else None))
     checks.append(_check_port(host or config.host, port if port is not None else config.port))
     checks.append(Check("launcher", OK, f"python {platform.python_version()} at {sys.executable}"))
     return DoctorReport(checks=checks, gpus=gpus, peers=peers, server_env=env)

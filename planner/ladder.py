@@ -1,4 +1,4 @@
-"""Pick the fastest configuration that fits, and step down after an out-of-memory failure.
+"""Pick the fastest configuration that fits (the ladder; planner/step_down.py walks it after a failure).
 
 The ladder, fastest first (every rung is a LaunchSpec that passes `spec.validate()`):
 
@@ -8,9 +8,10 @@ The ladder, fastest first (every rung is a LaunchSpec that passes `spec.validate
    no offload.
 2. The same plus HSDP (DiT weights sharded over the two GPUs, gathered block by block),
    then tensor parallel 2 (DiT split; text encoder replicated; HSDP and TP exclude each other).
-3. Module CPU offload (text encoder and DiT experts take turns on the GPU), with the
-   parallel modes above, then on one GPU.
-4. Layerwise offload (DiT blocks streamed from host RAM) on one GPU: single-card only upstream.
+3. Module CPU offload (text encoder and DiT experts take turns on the GPU) with the parallel
+   modes above, which still beats one GPU; then one GPU without offload.
+4. Layerwise offload (DiT blocks streamed from host RAM) on one GPU, single-card only upstream
+   (measured no slower per step on an H200), then module offload on one GPU (+32% engine time).
 5. FP8 only when asked (`allow_fp8=True`), then last, with a warning: vLLM-Omni's feature
    table marks Wan2.2 quantization unsupported and its FP8 docs list no Wan model, so a
    quality loss would be silent. Memory is better bought with offload, which is exact.
@@ -19,6 +20,11 @@ The ladder, fastest first (every rung is a LaunchSpec that passes `spec.validate
 
 VAE tiling is tried at each rung (without, then with) instead of only at the end: it
 costs a little decode time, far less than any offload, so "fastest that fits" puts it first.
+
+The order is not fixed: the rungs are sorted (stably) by their expected engine time relative to
+one GPU without offload, from the measured costs in `SPEED_COSTS` (planner/speed_costs.py: the
+numbers and where they come from). So layerwise offload (no slower per step on an H200) comes before module
+offload (+32% engine time), and a parallel mode with offload before one GPU without it.
 
 Two GeForce cards without peer-to-peer access: CFG parallel exchanges one latent-sized
 prediction per step, while Ulysses and TP run all-to-all / all-reduce in every layer over
@@ -34,10 +40,10 @@ from ..errors import LauncherError, SpecError
 from ..models import WanFamily, nearest_frames
 from ..server.spec import LaunchSpec, MemoryConfig, ParallelConfig
 from .gpus import GpuInfo, hypothetical_gpus, load_nvml, peer_status, query_gpus
-from .memory import MemoryPlan, RequestShape, plan
+from .memory import RequestShape, plan
+from .memory_plan import MemoryPlan
 from .model_sizes import ModelSizes, model_sizes
-
-FAILURE_KINDS = ("oom", "oom_load", "oom_denoise", "oom_decode", "oom_encode", "comm")
+from .speed_costs import cost_text, speed_cost
 
 
 @dataclass
@@ -76,6 +82,7 @@ class Recommendation:
     warnings: list[str] = field(default_factory=list)
     max_frames: Optional[int] = None       # most frames the chosen spec fits at this size
     gpus: list[GpuInfo] = field(default_factory=list)
+    speed: str = ""                        # the chosen rung's expected cost (SPEED_COSTS)
 
     def __post_init__(self) -> None:   # the rung chosen for a reduced request is not a rejected one
         self.rejected = [r for r in self.rejected if r.spec is not self.spec]
@@ -99,6 +106,7 @@ class Recommendation:
             "notes": list(self.notes),
             "warnings": list(self.warnings),
             "gpus": [g.to_dict() for g in self.gpus],
+            "speed": self.speed,
         }
 
     def text(self) -> str:
@@ -111,6 +119,8 @@ class Recommendation:
             lines.append(f"Recommended: {self.label}")
             lines.append(f"  {gpus}vllm serve {self.spec.model} {flags}")
             lines.append(f"  why: {self.reason}")
+            if self.speed:
+                lines.append(f"  expected speed: {self.speed}")
             if self.reduced:
                 lines.append(f"  request reduced: {self.asked.label()} -> {self.request.label()}")
             if self.max_frames:
@@ -230,7 +240,10 @@ def build_ladder(base: LaunchSpec, gpus: Sequence[GpuInfo], request: RequestShap
     add(_with(base, one, ParallelConfig(), MemoryConfig(offload="module", **keep_mem)),
         "1 GPU + module offload", "text encoder and experts swapped over PCIe (seconds per request)")
     add(_with(base, one, ParallelConfig(), MemoryConfig(offload="layerwise", **keep_mem)),
-        "1 GPU + layerwise offload", "DiT blocks streamed from host RAM every step (slowest; single-card only)")
+        "1 GPU + layerwise offload", "DiT blocks streamed from host RAM behind the compute (single-card only)")
+    rungs.sort(key=lambda r: speed_cost(r.spec))   # stable: ties keep the order above
+    for r in rungs:
+        r.speed += f"; {cost_text(speed_cost(r.spec))}"
     if geforce_no_p2p:
         def order(r: Rung) -> int:
             p, off = r.spec.parallel, r.spec.memory.offload
@@ -281,7 +294,7 @@ def _why_not(p: MemoryPlan) -> str:
     return "; ".join(parts) or "does not fit"
 
 
-def _evaluate(r: Rung, request: RequestShape, gpus: Sequence[GpuInfo], sizes: ModelSizes,
+def evaluate_rung(r: Rung, request: RequestShape, gpus: Sequence[GpuInfo], sizes: ModelSizes,
               host_available_gib: Optional[float]) -> Rung:
     used = [g for g in gpus if r.spec.gpus is None or g.index in r.spec.gpus] or list(gpus)
     r.plan = plan(r.spec, request, used, sizes=sizes, host_available_gib=host_available_gib)
@@ -353,7 +366,7 @@ def recommend(model: Union[str, LaunchSpec], request: Optional[RequestShape] = N
             r.warnings.append(f"{r.label} exchanges activations in every layer; without peer-to-peer access "
                               "that goes through host memory and may be slower than one GPU (if NCCL hangs, "
                               "set NCCL_P2P_DISABLE=1)")
-        _evaluate(r, asked, gpu_list, sizes, host_available_gib)
+        evaluate_rung(r, asked, gpu_list, sizes, host_available_gib)
         if r.fits:
             faster = len(rejected)
             reason = (f"the fastest of {len(rungs)} configurations that fits" if faster == 0 else
@@ -365,149 +378,32 @@ def recommend(model: Union[str, LaunchSpec], request: Optional[RequestShape] = N
                                   reason=reason, rejected=rejected, notes=notes + r.plan.notes,
                                   warnings=list(r.warnings),
                                   max_frames=_max_frames(r.spec, asked, gpu_list, sizes, host_available_gib),
-                                  gpus=gpu_list)
+                                  gpus=gpu_list, speed=r.speed)
         rejected.append(r)
     # nothing fits the request as asked: fewer frames, then smaller frames, on each rung
     for r in rungs:
         mf = _max_frames(r.spec, asked, gpu_list, sizes, host_available_gib, limit=asked.frames)
         if mf is not None and mf >= min(min_frames, asked.frames):
             req = replace(asked, frames=mf)
-            _evaluate(r, req, gpu_list, sizes, host_available_gib)
+            evaluate_rung(r, req, gpu_list, sizes, host_available_gib)
             return Recommendation(spec=r.spec, request=req, asked=asked, plan=r.plan, label=r.label,
                                   reason=f"nothing fits {asked.frames} frames at {asked.width}x{asked.height}; "
                                          f"this is the fastest configuration that fits {mf} frames there",
                                   rejected=rejected, notes=notes + r.plan.notes, warnings=list(r.warnings),
-                                  max_frames=mf, gpus=gpu_list)
+                                  max_frames=mf, gpus=gpu_list, speed=r.speed)
     for w, h in _smaller_sizes(family, asked):
         smaller = replace(asked, width=w, height=h)
         for r in rungs:
-            _evaluate(r, smaller, gpu_list, sizes, host_available_gib)
+            evaluate_rung(r, smaller, gpu_list, sizes, host_available_gib)
             if r.fits:
                 return Recommendation(spec=r.spec, request=smaller, asked=asked, plan=r.plan, label=r.label,
                                       reason=f"nothing fits {asked.width}x{asked.height}; {w}x{h} is the largest "
                                              "size (same frames) that fits",
                                       rejected=rejected, notes=notes + r.plan.notes, warnings=list(r.warnings),
                                       max_frames=_max_frames(r.spec, smaller, gpu_list, sizes, host_available_gib),
-                                      gpus=gpu_list)
+                                      gpus=gpu_list, speed=r.speed)
     leanest = rungs[-1] if rungs else None
     return Recommendation(spec=None, request=asked, asked=asked, plan=leanest.plan if leanest else None,
                           label="none", reason="even the leanest configuration (layerwise offload, tiled VAE) "
                           "does not fit these GPUs; the model's weights or host RAM are the limit",
                           rejected=rejected, notes=notes, gpus=gpu_list)
-
-
-# --------------------------------------------------------------------------------------
-def _same_config(a: LaunchSpec, b: LaunchSpec) -> bool:
-    return (a.parallel, replace(a.memory, vae_slicing=False)) == (b.parallel, replace(b.memory, vae_slicing=False))
-
-
-_OFFLOAD_ORDER = {"none": 0, "module": 1, "layerwise": 2}
-
-
-def _tiled(s: LaunchSpec) -> bool:
-    return s.memory.vae_tiling or (s.parallel.vae_patch > 1 and s.parallel.world_size > 1)
-
-
-def _no_regression(old: LaunchSpec, new: LaunchSpec) -> bool:
-    """A step down never undoes a memory saving the failing spec already had."""
-    if _tiled(old) and not _tiled(new):
-        return False
-    if _OFFLOAD_ORDER[new.memory.offload] < _OFFLOAD_ORDER[old.memory.offload]:
-        return False
-    if old.memory.quantization == "fp8" and new.memory.quantization != "fp8":
-        return False
-    return True
-
-
-def _describe_change(old: LaunchSpec, new: LaunchSpec) -> str:
-    changes = []
-    if old.parallel != new.parallel:
-        def par(p: ParallelConfig) -> str:
-            if p.mode == "none":
-                return "one GPU"
-            s = {"ulysses": "Ulysses", "cfg": "CFG parallel", "tensor": "tensor parallel", "ring": "ring",
-                 "hsdp": "HSDP"}[p.mode] + f" {p.degree}"
-            return s + (" + HSDP" if p.hsdp else "") + (f" + VAE patch {p.vae_patch}" if p.vae_patch > 1 else "")
-        changes.append(f"parallelism {par(old.parallel)} -> {par(new.parallel)}")
-    if old.memory.offload != new.memory.offload:
-        changes.append(f"offload {old.memory.offload} -> {new.memory.offload}")
-    if old.memory.vae_tiling != new.memory.vae_tiling:
-        changes.append("VAE tiling on" if new.memory.vae_tiling else "VAE tiling off")
-    if old.memory.quantization != new.memory.quantization:
-        changes.append(f"quantization {old.memory.quantization} -> {new.memory.quantization}")
-    if old.gpus != new.gpus:
-        changes.append(f"GPUs {list(old.gpus) if old.gpus else 'all'} -> {list(new.gpus) if new.gpus else 'all'}")
-    return ", ".join(changes) or "no change"
-
-
-def step_down(spec: LaunchSpec, failure_kind: str, gpus_memory_gb: Sequence[float],
-              request_shape: Optional[RequestShape] = None, *, allow_fp8: bool = False,
-              host_available_gib: Optional[float] = -1.0) -> Optional[tuple[LaunchSpec, str]]:
-    """The next leaner spec after a failure, and one sentence saying what changed; None at the bottom.
-
-    failure_kind: "oom" (phase unknown), "oom_load" (weights did not fit at startup),
-    "oom_denoise", "oom_encode", "oom_decode" (VAE), or "comm" (NCCL / peer-to-peer failure).
-    gpus_memory_gb: memory of each GPU the server may use (same order as spec.gpus).
-    Keeps everything that is not parallelism or memory (model, port, runtime, extra flags).
-    """
-    if failure_kind not in FAILURE_KINDS:
-        raise ValueError(f"failure_kind must be one of {FAILURE_KINDS}, not {failure_kind!r}")
-    request = request_shape or RequestShape.default_for(spec.family)
-    gpu_infos = hypothetical_gpus(list(gpus_memory_gb))
-    if spec.gpus is not None and len(spec.gpus) == len(gpu_infos):
-        gpu_infos = [replace(g, index=i) for g, i in zip(gpu_infos, spec.gpus)]
-    sizes = model_sizes(spec.model)
-    current = plan(spec, request, [g for g in gpu_infos if spec.gpus is None or g.index in spec.gpus] or gpu_infos,
-                   sizes=sizes, host_available_gib=None)
-    cur_peak = max(g.torch_peak_gib for g in current.gpus)
-    cur_phase_peak = {ph: max(g.phases.get(ph, 0.0) for g in current.gpus)
-                      for ph in ("resident", "denoise", "decode", "encode")}
-
-    # A decode OOM: tiling is the cheapest cure, before anything else.
-    if failure_kind == "oom_decode" and not spec.memory.vae_tiling and spec.parallel.vae_patch <= 1:
-        new = replace(spec, memory=replace(spec.memory, vae_tiling=True))
-        new.validate()
-        return new, "Turned VAE tiling on, because the VAE decode ran out of memory."
-
-    base = replace(spec)
-    if failure_kind == "comm":
-        if spec.parallel.world_size == 1:
-            return None
-        rungs, _ = build_ladder(base, gpu_infos, request, p2p=False, allow_fp8=allow_fp8)
-        for r in rungs:
-            if r.spec.parallel.mode in ("none", "cfg") and r.spec.parallel.mode != spec.parallel.mode:
-                _evaluate(r, request, gpu_infos, sizes, host_available_gib)
-                if r.fits:
-                    return r.spec, (f"Switched to {r.label} ({_describe_change(spec, r.spec)}), because the GPUs "
-                                    "failed to communicate; it needs little or no traffic between them.")
-        return None
-
-    rungs, _ = build_ladder(base, gpu_infos, request, p2p=None, allow_fp8=allow_fp8)
-    idx = next((i for i, r in enumerate(rungs) if _same_config(r.spec, spec)), -1)
-    phase = {"oom_load": "resident", "oom_denoise": "denoise", "oom_decode": "decode",
-             "oom_encode": "encode"}.get(failure_kind)
-    leaner: list[Rung] = []
-    for i, r in enumerate(rungs):
-        if i <= idx or _same_config(r.spec, spec) or not _no_regression(spec, r.spec):
-            continue
-        _evaluate(r, request, gpu_infos, sizes, host_available_gib)
-        peak = max(g.torch_peak_gib for g in r.plan.gpus)
-        if phase is not None:
-            ph_peak = max(g.phases.get(phase, 0.0) for g in r.plan.gpus)
-            if ph_peak >= cur_phase_peak.get(phase, float("inf")) - 0.25:
-                continue
-        elif peak >= cur_peak - 0.25:
-            continue
-        leaner.append(r)
-    if not leaner:
-        return None
-    choice = next((r for r in leaner if r.fits), leaner[-1])
-    if _same_config(choice.spec, spec):
-        return None
-    choice.spec.validate()
-    what = {"oom_load": "the weights did not fit at startup", "oom_denoise": "denoising ran out of memory",
-            "oom_encode": "the VAE encode ran out of memory", "oom_decode": "the VAE decode ran out of memory",
-            "oom": "the GPU ran out of memory"}[failure_kind]
-    est = max(g.peak_gib for g in choice.plan.gpus)
-    return choice.spec, (f"Switched to {choice.label} ({_describe_change(spec, choice.spec)}), because {what}; "
-                         f"the estimate for it is {est:.1f} GiB per GPU.")

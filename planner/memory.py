@@ -29,104 +29,21 @@ and with how much to spare?" before any process starts. The estimate follows wha
   blocks with about two resident per expert, the text encoder stays; FP8 halves the
   DiT's linear weights (upstream marks Wan2.2 quantization unvalidated).
 
-What was measured rather than derived: the VAE decode coefficients in `CALIBRATION`
-(isolated decode on an H200, bench/memory); the per-token coefficients and the allocator
-slack/carry/workspace terms are fitted to vLLM-Omni's published peaks (`max_memory_reserved`,
-in MiB) and the H200 runs (docs/upstream-facts.md, "Published memory peaks" and "H200
-measurements"); tests/unit/test_plan_memory.py checks each.
-All sizes are GiB (2**30 bytes); GPU "GB" (80 GB H100, 24 GB 4090) are GiB in practice.
+The coefficients, and what fixed each, are in planner/calibration.py; the result types in
+planner/memory_plan.py. All sizes are GiB (2**30 bytes); GPU "GB" (80 GB H100, 24 GB 4090)
+are GiB in practice.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Optional, Sequence, Union
 
 from ..models import WanFamily
 from ..server.spec import LaunchSpec
+from .calibration import CALIBRATION, TILE_PX
 from .gpus import GpuInfo, hypothetical_gpus, query_gpus
-from .model_sizes import GIB, ModelSizes, model_sizes
-
-# --------------------------------------------------------------------------------------
-# Calibration. Each value: what it is, and what fixed it.
-CALIBRATION: dict[str, float] = {
-    # DiT activation working set per token, in bf16 hidden vectors (hidden x 2 bytes).
-    # Fitted to the published I2V-A14B peaks (docs/upstream-facts.md, "Published memory
-    # peaks"): the 2-GPU
-    # 480p -> 720p/121 step (16,380 -> 55,800 tokens per rank, +9.4 GiB) sets the slope.
-    "act_units": 23.3,
-    # Of those, the part that tensor parallel does not split (residual stream, norms).
-    "act_units_replicated": 5.0,
-    # (On CPU, one real-width diffusers layer allocates 11.5-12.1 units for A14B at 3,120 and
-    # 7,200 tokens: bench/memory/results/cpu-dit-frames5.json. The GPU figure is reserved
-    # memory, with allocator slack and FlashAttention/compile workspaces.)
-    # TI2V-5B (expand_timesteps): the per-token timestep modulation, 6 x hidden in fp32,
-    # plus the (table + temb) sum: 2 x 6 x hidden x 4 bytes = 24 bf16 hidden units
-    # (vllm-omni wan2_2_transformer.py:744-754; the CPU layer measures 34.3 units in all,
-    # 22-23 above A14B's).
-    "temb_units_ti2v": 24.0,
-    # VAE decode, MEASURED on an H200 (bench/memory/results/h200-vae-decode.json: real Wan2.1 /
-    # Wan2.2 VAE architectures, random bf16 weights, diffusers 0.38, torch 2.11; reserved bytes
-    # above weights + latent). Untiled, the decode runs one latent frame at a time (causal chunks),
-    # so its working set grows with H x W only: per output pixel of one frame, bytes, per VAE kind
-    # (minimax over 832x480 and 1280x720/704 at 81 and 121 frames; every point within 3.2%).
-    "vae_decode_px_wan2.1": 16230.0,
-    "vae_decode_px_wan2.2": 18020.0,
-    # What grows with frames untiled: the decoded video, one bf16 copy (allocated peak grows by
-    # exactly one video from 81 to 121 frames; the reserved peak not at all, the slack absorbs it).
-    "video_copies": 1.0,
-    # Tiled (256-px tiles, stride 192): a tile's working set (GiB, fitted intercept) plus all
-    # decoded tiles kept for blending ((256/192)^2 overlap) plus the blended/concatenated/clamped
-    # copies of the video (fitted slope 4.50 videos in all, minus the overlap). Every measured
-    # tiled point within 7.1%.
-    "vae_decode_tile_gib": 0.69,
-    "tile_overlap": (256 / 192) ** 2,
-    "video_copies_tiled": 4.50 - (256 / 192) ** 2,
-    # In the server the decode runs after the denoise, in an allocator already carved up by it:
-    # the H200 "memory after job" (docs/upstream-facts.md, "H200 measurements") is 24.3 GiB
-    # above weights + context for
-    # T2V-A14B 1280x720x81 and 24.0 GiB for TI2V-5B 1280x704x121, where the isolated decode
-    # reserves 14.4 and 15.6 GiB. The difference (0.69 and 0.53 of the decode) is allocator slack
-    # the decode leaves reserved in a long-running process: blocks of the denoise that
-    # empty_cache() cannot return (segments still holding a live tensor: latents, prompt
-    # embeddings, scheduler state) and the decode's per-chunk sizes not fitting those cached
-    # blocks, so it maps new segments (inferred, not measured inside the server). Counted as a
-    # fraction of the measured decode (fitted 0.6; tiled too: it brings the five tiled
-    # patch-parallel after-job points closer, -0.2% to -5.1%);
-    # it is reserved, not used, so it matters for what the GPU must have free.
-    "decode_server_slack": 0.6,
-    # I2V condition encode (Wan2.1 VAE encoder at full resolution), bytes per pixel: assumed 60%
-    # of the 27 KB/px decode figure the after-job fit used to imply (no number isolates it yet;
-    # bench/memory `--only vae_encode` measures it). Kept conservative until that run is folded in.
-    "vae_encode_px_wan2.1": 16000.0,
-    # Part of what the decode leaves reserved (decode + decode_server_slack) that stays into the
-    # next request's denoise (nothing empties the cache after a request). Fitted: with 0.5 the
-    # 1xH100 480p peak lands within 3% (without it -6%); unchanged by the measured decode since
-    # decode + slack there (9.9 GiB) is close to the old fitted decode (10.6 GiB).
-    "decode_carry": 0.5,
-    # Communication workspace kept in the allocator by a parallel mode (all-to-all and
-    # all-gather buffers), GiB per rank. Ulysses+HSDP fitted to the 2xH100 peaks (5.2 GiB
-    # beyond the gathered blocks); CFG and Ulysses alone to the H200 after-job memory.
-    "workspace_ulysses": 3.0,
-    "workspace_ring": 3.0,
-    "workspace_cfg": 1.5,
-    "workspace_tensor": 1.5,
-    "workspace_hsdp": 2.2,
-    # Outside PyTorch's allocator: CUDA context, cuBLAS/cuDNN workspaces, FlashAttention.
-    "cuda_context_gib": 0.75,
-    # NCCL communicators and buffers per rank when the world has > 1 GPU.
-    "nccl_gib": 0.75,
-    # HSDP (FSDP2) gathers a block before running it and prefetches the next one.
-    "hsdp_gathered_blocks": 2.0,
-    # Layerwise offload keeps about this many blocks per expert on the GPU (current + prefetch).
-    "layerwise_resident_blocks": 2.0,
-    # FP8: linear weights at 1 byte, the rest (norms, embeddings, modulation) stays bf16.
-    "fp8_weight_fraction": 0.52,
-    # Safety margin a plan keeps free on every GPU: fraction of the card, and at least this.
-    "margin_fraction": 0.03,
-    "margin_min_gib": 0.5,
-}
-TILE_PX = 256            # diffusers AutoencoderKLWan tile_sample_min_height/width
-TILE_STRIDE_PX = 192     # tile_sample_stride
+from .memory_plan import GpuPlan, MemoryPlan, MemoryTerm
+from .model_sizes import BF16, GIB, ModelSizes, model_sizes
 
 
 @dataclass(frozen=True)
@@ -159,119 +76,6 @@ class RequestShape:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class MemoryTerm:
-    """One named share of a GPU's peak: `phase` says when it is alive."""
-
-    name: str
-    gib: float
-    phase: str          # "resident" | "text" | "encode" | "denoise" | "decode" | "outside"
-    note: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "gib": round(self.gib, 3), "phase": self.phase, "note": self.note}
-
-
-@dataclass
-class GpuPlan:
-    """The estimate for one rank/GPU."""
-
-    rank: int
-    gpu: Optional[GpuInfo]
-    terms: list[MemoryTerm]
-    phases: dict[str, float]          # resident + phase-specific, PyTorch allocator, GiB
-    peak_phase: str
-    torch_peak_gib: float             # comparable to vLLM-Omni's reported peak (max_memory_reserved)
-    outside_gib: float                # CUDA context + NCCL, not in the allocator
-    margin_gib: float
-    fits: Optional[bool] = None       # None: no GPU known
-    headroom_gib: Optional[float] = None
-
-    @property
-    def peak_gib(self) -> float:
-        """What the GPU must have free: allocator peak + context/NCCL."""
-        return self.torch_peak_gib + self.outside_gib
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "rank": self.rank,
-            "gpu": self.gpu.to_dict() if self.gpu else None,
-            "terms": [t.to_dict() for t in self.terms],
-            "phases_gib": {k: round(v, 3) for k, v in self.phases.items()},
-            "peak_phase": self.peak_phase,
-            "torch_peak_gib": round(self.torch_peak_gib, 3),
-            "outside_allocator_gib": round(self.outside_gib, 3),
-            "peak_gib": round(self.peak_gib, 3),
-            "margin_gib": round(self.margin_gib, 3),
-            "fits": self.fits,
-            "headroom_gib": None if self.headroom_gib is None else round(self.headroom_gib, 3),
-        }
-
-
-@dataclass
-class MemoryPlan:
-    """Per-GPU estimate for one spec and request, whether it fits, and why."""
-
-    spec: LaunchSpec
-    request: RequestShape
-    sizes: ModelSizes
-    gpus: list[GpuPlan]
-    fits: Optional[bool]
-    host_ram: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    gpu_source: str = ""
-
-    @property
-    def peak_gib(self) -> float:
-        return max(g.peak_gib for g in self.gpus)
-
-    @property
-    def min_headroom_gib(self) -> Optional[float]:
-        rooms = [g.headroom_gib for g in self.gpus if g.headroom_gib is not None]
-        return min(rooms) if rooms else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "spec": self.spec.to_dict(),
-            "flags": self.spec.flags(),
-            "request": self.request.to_dict(),
-            "tokens": self.request.tokens(self.spec.family),
-            "sizes": self.sizes.to_dict(),
-            "gpu_source": self.gpu_source,
-            "gpus": [g.to_dict() for g in self.gpus],
-            "fits": self.fits,
-            "peak_gib": round(self.peak_gib, 3),
-            "min_headroom_gib": None if self.min_headroom_gib is None else round(self.min_headroom_gib, 3),
-            "host_ram": self.host_ram,
-            "notes": list(self.notes),
-        }
-
-    def text(self) -> str:
-        fam = self.spec.family
-        lines = [f"{fam.label}  {self.request.label()}  ({self.request.tokens(fam):,} tokens)",
-                 f"flags: {' '.join(self.spec.flags()[1:]) or '(single GPU, no memory flags)'}",
-                 f"sizes: {self.sizes.source}"]
-        for g in self.gpus:
-            name = f"GPU {g.gpu.index} {g.gpu.name} ({g.gpu.available_gib:.1f} GiB " \
-                   f"{'free' if g.gpu.free_gib is not None else 'total'})" if g.gpu else "GPU ?"
-            verdict = {True: "fits", False: "DOES NOT FIT", None: "unknown GPU"}[g.fits]
-            room = "" if g.headroom_gib is None else f", headroom {g.headroom_gib:+.1f} GiB"
-            lines.append(f"rank {g.rank} on {name}: peak {g.peak_gib:.1f} GiB during {g.peak_phase} -> "
-                         f"{verdict}{room}")
-            for t in g.terms:
-                if t.gib >= 0.005:
-                    lines.append(f"    {t.name:<34s} {t.gib:7.2f} GiB  [{t.phase}]" + (f"  {t.note}" if t.note else ""))
-            lines.append("    " + "  ".join(f"{k}={v:.1f}" for k, v in g.phases.items()) + " GiB (allocator)")
-        if self.host_ram:
-            h = self.host_ram
-            avail = "unknown" if h.get("available_gib") is None else f"{h['available_gib']:.1f} GiB available"
-            lines.append(f"host RAM for offload: needs {h['needed_gib']:.1f} GiB, {avail}"
-                         + ("" if h.get("ok") is not False else "  -> NOT ENOUGH"))
-        for n in self.notes:
-            lines.append(f"note: {n}")
-        return "\n".join(lines)
-
-
 # --------------------------------------------------------------------------------------
 GpuArg = Union[None, Sequence[GpuInfo], Sequence[float]]
 
@@ -302,11 +106,14 @@ def _resolve_gpus(spec: LaunchSpec, gpus: GpuArg, nvml: Any = None) -> tuple[lis
 
 def plan(spec: LaunchSpec, request: Optional[RequestShape] = None, gpus: GpuArg = None, *,
          sizes: Optional[ModelSizes] = None, host_available_gib: Optional[float] = -1.0,
-         nvml: Any = None, calibration: Optional[dict[str, float]] = None) -> MemoryPlan:
+         nvml: Any = None, calibration: Optional[dict[str, float]] = None,
+         lora_adapter_gib: float = 0.0) -> MemoryPlan:
     """Estimate each GPU's peak for `spec` serving `request`.
 
     gpus: None (ask NVML), a list of GpuInfo, or a list of sizes in GiB (hypothetical cards).
     host_available_gib: -1 asks psutil when offload is on; None means unknown.
+    lora_adapter_gib: the per-request PEFT adapter's GPU copy (server/loras.py: adapter_gpu_gib);
+    fused LoRAs come from `spec.lora`.
     """
     family = spec.family
     request = request or RequestShape.default_for(family)
@@ -315,7 +122,7 @@ def plan(spec: LaunchSpec, request: Optional[RequestShape] = None, gpus: GpuArg 
     placed, source = _resolve_gpus(spec, gpus, nvml)
     world = spec.parallel.world_size
     notes: list[str] = list(sizes.notes)
-    plans = [_rank_plan(spec, request, sizes, family, rank, world, placed[rank], cal, notes)
+    plans = [_rank_plan(spec, request, sizes, family, rank, world, placed[rank], cal, notes, lora_adapter_gib)
              for rank in range(world)]
     fits: Optional[bool] = None if any(p.fits is None for p in plans) else all(p.fits for p in plans)
     host = _host_ram(spec, sizes, host_available_gib) if spec.memory.offload != "none" else {}
@@ -345,7 +152,8 @@ def _loaded_experts(spec: LaunchSpec, sizes: ModelSizes) -> list[int]:
 
 
 def _rank_plan(spec: LaunchSpec, req: RequestShape, sizes: ModelSizes, family: WanFamily, rank: int, world: int,
-               gpu: Optional[GpuInfo], cal: dict[str, float], notes: list[str]) -> GpuPlan:
+               gpu: Optional[GpuInfo], cal: dict[str, float], notes: list[str],
+               lora_adapter_gib: float = 0.0) -> GpuPlan:
     p, m = spec.parallel, spec.memory
     mode = p.mode
     sp = p.degree if mode in ("ulysses", "ring") else 1
@@ -391,13 +199,25 @@ def _rank_plan(spec: LaunchSpec, req: RequestShape, sizes: ModelSizes, family: W
                                 "UMT5-XXL bf16, a full copy on every rank (TP and HSDP do not shard it)"))
     terms.append(MemoryTerm("VAE weights", vae_w, "resident", f"{sizes.vae_kind} VAE bf16"))
     resident = dit_resident + te_resident + vae_w
+    # LoRAs. Fused (distill) ones add nothing once loaded, but each weight's delta B@A is formed on
+    # the GPU next to it while loading; the largest is an FFN matrix (and its dtype cast).
+    lora_load = 0.0
+    if spec.lora.lora_paths:
+        lora_load = 2 * sizes.dit.hidden * sizes.dit.ffn_dim * BF16 / GIB
+        terms.append(MemoryTerm("fused LoRA (load only)", lora_load, "load",
+                                "one weight's LoRA delta at a time while fusing at startup; nothing after"))
+    if lora_adapter_gib > 0:
+        terms.append(MemoryTerm("LoRA adapter (per request)", lora_adapter_gib, "resident",
+                                "the PEFT adapter's A/B matrices on the GPU, in every expert it binds; "
+                                "kept after the first request that uses it"))
+        resident += lora_adapter_gib
 
     # ---- denoise ------------------------------------------------------------------------
     tokens = req.tokens(family)
     tok_rank = -(-tokens // sp)
     hidden_bytes = sizes.dit.hidden * 2
     units_rep = cal["act_units_replicated"]
-    units = units_rep + (cal["act_units"] - units_rep) / tp
+    units = units_rep + (cal.get(f"act_units_{family.key}", cal["act_units"]) - units_rep) / tp
     act = tok_rank * hidden_bytes * units * req.batch / GIB
     split = f", 1/{sp} of the sequence (Ulysses/ring)" if sp > 1 else ""
     split += f", attention/FFN split {tp} ways (TP)" if tp > 1 else ""
@@ -436,18 +256,21 @@ def _rank_plan(spec: LaunchSpec, req: RequestShape, sizes: ModelSizes, family: W
                                 "all-to-all / all-gather buffers the allocator keeps (fitted)"))
 
     # ---- VAE decode ---------------------------------------------------------------------
-    decode, dec_note = _vae_decode_gib(req, sizes, family, spec, rank, cal)
+    decode, dec_note, tiled = _vae_decode_gib(req, sizes, family, spec, rank, cal)
     terms.append(MemoryTerm("VAE decode", decode, "decode", dec_note + " [measured on H200]"))
     slack = cal["decode_server_slack"] * decode
     terms.append(MemoryTerm("VAE decode allocator slack", slack, "decode",
                             "reserved beyond the isolated decode in a serving process (fitted to H200 after-job memory)"))
     decode_reserved = decode + slack
     decode_total = decode_reserved + dit_swapped + workspace   # the DiT stays on the GPU after denoising
+    carry = cal["decode_carry_tiled" if tiled else "decode_carry"]
 
     phases = {"resident": resident,
               "text": resident + (te if m.offload == "module" else 0.0) + 0.15,
-              "denoise": resident + denoise + workspace + cal["decode_carry"] * decode_reserved,
+              "denoise": resident + denoise + workspace + carry * decode_reserved,
               "decode": resident + decode_total}
+    if lora_load:
+        phases["load"] = resident + lora_load
     if family.image_input == "required":
         enc, enc_note = _vae_encode_gib(req, sizes, spec, cal)
         terms.append(MemoryTerm("VAE encode (I2V condition)", enc, "encode", enc_note))
@@ -474,8 +297,9 @@ def _rank_plan(spec: LaunchSpec, req: RequestShape, sizes: ModelSizes, family: W
 
 
 def _vae_decode_gib(req: RequestShape, sizes: ModelSizes, family: WanFamily, spec: LaunchSpec, rank: int,
-                    cal: dict[str, float]) -> tuple[float, str]:
-    """Decode working set on this rank (GiB, reserved, as measured in isolation) and how it was counted.
+                    cal: dict[str, float]) -> tuple[float, str, bool]:
+    """Decode working set on this rank (GiB, reserved, as measured in isolation), how it was counted,
+    and whether it is tiled.
 
     Untiled: vae_decode_px x H x W (one latent frame at a time; flat in frames) + the video.
     Tiled: a tile's working set + all tiles kept for blending + the blended copies of the video;
@@ -496,11 +320,11 @@ def _vae_decode_gib(req: RequestShape, sizes: ModelSizes, family: WanFamily, spe
         else:
             held = tiles_all + video * cal["video_copies_tiled"]
             how = f"tiled ({TILE_PX}px tiles), all tiles kept for blending"
-        return work + held, how + f"; video {video:.2f} GiB"
+        return work + held, how + f"; video {video:.2f} GiB", True
     work = px_coef * h * w * req.batch / GIB
     return work + video * cal["video_copies"], \
         f"untiled: one latent frame at a time at {w}x{h} (flat in frames); video {video:.2f} GiB " \
-        "(--vae-use-tiling shrinks this)"
+        "(--vae-use-tiling shrinks this)", False
 
 
 def _vae_encode_gib(req: RequestShape, sizes: ModelSizes, spec: LaunchSpec, cal: dict[str, float]) -> tuple[float, str]:

@@ -53,11 +53,33 @@ def is_inherited(name: str) -> bool:
     return not is_reserved_name(name) and (name in INHERITED_NAMES or name.startswith(INHERITED_PREFIXES))
 
 
+# ComfyUI's cuda_malloc.py switches its own process to torch's cudaMallocAsync backend by
+# appending `backend:cudaMallocAsync` to PYTORCH_CUDA_ALLOC_CONF. That choice is ComfyUI's, not
+# the user's, and vLLM's memory profiling and pool allocator expect torch's native caching
+# allocator, so the entry is dropped on the way to the server (the user's other options stay;
+# an operator who wants it for the server sets it in extra_env).
+ALLOC_CONF_NAMES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+COMFYUI_ALLOC_BACKEND = "backend:cudamallocasync"
+
+
+def without_comfyui_allocator(value: str) -> str:
+    """`value` (a torch allocator config: comma-separated options) without the async backend entry."""
+    return ",".join(p for p in value.split(",") if p.strip() and p.strip().lower() != COMFYUI_ALLOC_BACKEND)
+
+
 def server_environment(parent: Mapping[str, str], config: "LocalConfig",
                        launch_env: Mapping[str, str]) -> dict[str, str]:
-    """The child's environment: allow-listed `parent` variables, then `config.extra_env` (the
-    config refuses reserved names there), then `launch_env`, each layer overriding the last."""
+    """The child's environment: allow-listed `parent` variables (minus ComfyUI's allocator
+    choice), then `config.extra_env` (the config refuses reserved names there), then
+    `launch_env`, each layer overriding the last."""
     env = {name: value for name, value in parent.items() if is_inherited(name)}
+    for name in ALLOC_CONF_NAMES:
+        if name in env:
+            kept = without_comfyui_allocator(env[name])
+            if kept:
+                env[name] = kept
+            else:
+                del env[name]
     env.update(config.extra_env)
     env.update(launch_env)
     return env

@@ -15,6 +15,7 @@ from typing import Callable, Optional, Sequence
 
 from ..errors import LauncherError
 from . import failure_patterns as patterns
+from .server_env import SETUP_COMMAND
 
 # Failure kinds (stable strings: the OOM fallback hook and the tests use them).
 OOM_LOAD, OOM_JOB = "oom_load", "oom_job"
@@ -65,8 +66,8 @@ _Rule = Callable[[re.Match[str], Context], tuple[str, str, str, str, str]]   # k
 def _omni_missing(m: re.Match[str], c: Context) -> tuple[str, str, str, str, str]:
     return (OMNI_MISSING, "vLLM-Omni is not installed in the server environment",
             "`vllm serve --omni` found vLLM but not the vllm_omni package, so it exits at once",
-            "install the pinned pair (vllm and vllm-omni of the same major.minor) with "
-            "server/create_server_env.sh, then point VLLM_OMNI_LAUNCHER_SERVER_ENV at it", "server_env")
+            f"install the pinned pair (vllm and vllm-omni of the same major.minor): run `{SETUP_COMMAND}` "
+            "(it repairs the default server environment, or the one server_env names with --path)", "server_env")
 
 
 def _devices(m: re.Match[str], c: Context) -> tuple[str, str, str, str, str]:
@@ -113,7 +114,7 @@ def _import(m: re.Match[str], c: Context) -> tuple[str, str, str, str, str]:
     detail = patterns.strip_pid_prefix(m.group(0).strip())
     return (IMPORT_ERROR, "The server environment is missing a Python package or has a broken one",
             f"{detail}; the server runs in its own environment, separate from ComfyUI's",
-            "re-create the server environment with server/create_server_env.sh (it pins vllm, vllm-omni, "
+            f"repair the server environment with `{SETUP_COMMAND}` (it pins vllm, vllm-omni, "
             "torch and diffusers together)", "server_env")
 
 
@@ -176,7 +177,7 @@ _RULES: tuple[tuple[re.Pattern[str], _Rule], ...] = (
 def _mismatch_note(text: str) -> str:
     if patterns.VERSION_MISMATCH.search(text):
         return (" (also: vLLM and vLLM-Omni have different major/minor versions in the server environment, "
-                "which upstream only warns about; re-create it with server/create_server_env.sh)")
+                f"which upstream only warns about; repair it with `{SETUP_COMMAND}`)")
     return ""
 
 
@@ -195,7 +196,7 @@ def classify(tail: Sequence[str], ctx: Context) -> ServerFailure:
         return ServerFailure(VERSION_MISMATCH, f"The vLLM-Omni server exited (code {code})",
                              "vLLM and vLLM-Omni in the server environment have different major/minor versions, "
                              "and upstream only warns about it before failing later",
-                             "re-create the server environment with server/create_server_env.sh (it pins the pair)",
+                             f"repair the server environment with `{SETUP_COMMAND}` (it pins the pair)",
                              setting="server_env", raw=raw, exit_code=code)
     if code in (137, -9) or (text.rstrip().endswith("Killed")):
         return ServerFailure(KILLED, "The server was killed (SIGKILL)",
@@ -257,5 +258,5 @@ def port_taken(port: int) -> ServerFailure:
 
 def executable_missing(argv0: str, detail: str) -> ServerFailure:
     return ServerFailure(EXECUTABLE, f"Cannot run the server program {argv0!r}", detail,
-                         "set VLLM_OMNI_LAUNCHER_SERVER_ENV (or 'server_command' in the launcher config) to the "
-                         "server environment made by server/create_server_env.sh", setting="server_env")
+                         f"run `{SETUP_COMMAND}` (the launcher then finds the default server environment), or set "
+                         "server_env (or server_command) in the launcher config to an environment it made", setting="server_env")

@@ -1,4 +1,5 @@
-"""Knowledge about `vllm serve --omni` flags that is not in the launch spec's fields.
+"""Knowledge about `vllm serve --omni` flags that is not in the launch spec's fields, and the check
+of a spec's extra flags against it (`check_extra_flags`).
 
 Three tables, each checked against the real 0.30 parser by the contract tests:
 - flags from blog posts that do not exist, with what to use instead;
@@ -8,6 +9,9 @@ Three tables, each checked against the real 0.30 parser by the contract tests:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
+
+from ..errors import SpecError
 
 Version = tuple[int, int]
 
@@ -65,3 +69,66 @@ EXTRA_FLAGS: dict[str, ExtraFlag] = {
     "--dlo-resident-layers": ExtraFlag(True, since=(0, 30)),
     "--ulysses-a2a-permute": ExtraFlag(False, since=(0, 30)),
 }
+
+# Flags a launch spec setting produces: set the setting, not the flag (it is validated with the rest).
+OWNED_FLAGS: dict[str, str] = {
+    "--tensor-parallel-size": "parallel mode 'tensor'", "-tp": "parallel mode 'tensor'",
+    "--usp": "parallel mode 'ulysses'", "--ulysses-degree": "parallel mode 'ulysses'",
+    "--ring": "parallel mode 'ring'", "--ring-degree": "parallel mode 'ring'",
+    "--cfg-parallel-size": "parallel mode 'cfg'", "--use-hsdp": "parallel mode 'hsdp'",
+    "--hsdp-shard-size": "parallel mode 'hsdp'", "--vae-patch-parallel-size": "VAE patch parallel",
+    "--enable-cpu-offload": "offload 'module'", "--enable-layerwise-offload": "offload 'layerwise'",
+    "--quantization": "quantization 'fp8'", "-q": "quantization 'fp8'",
+    "--vae-use-tiling": "VAE tiling", "--vae-use-slicing": "VAE slicing",
+    "--cache-backend": "cache backend", "--enforce-eager": "compile off (enforce eager)",
+    "--boundary-ratio": "boundary ratio", "--flow-shift": "flow shift",
+    "--served-model-name": "served model name", "--ulysses-mode": "ulysses mode",
+}
+
+
+def check_extra_flags(extra_flags: Sequence[str], version: Version) -> None:
+    """Refuse an extra flag that does not exist, that only the local machine may set, that a launcher
+    setting owns, that is not allow-listed, or that this server version lacks; check its value."""
+    args = list(extra_flags)
+    i = 0
+    while i < len(args):
+        raw = args[i]
+        name, has_inline = raw.split("=", 1)[0], "=" in raw
+        if name in NONEXISTENT_FLAGS:
+            raise SpecError(f"Flag {name} does not exist in vLLM-Omni",
+                            "it comes from blog posts; the real `vllm serve --omni` exits with "
+                            f"'unrecognized arguments: {name}'",
+                            f"remove it; use {NONEXISTENT_FLAGS[name]}", setting="extra_flags")
+        if name in LOCAL_ONLY_FLAGS:
+            raise SpecError(f"Flag {name} cannot be set from a workflow",
+                            "a shared workflow must not choose network exposure, keys or remote code",
+                            f"remove it; {LOCAL_ONLY_FLAGS[name]}", setting="extra_flags")
+        if name in OWNED_FLAGS:
+            raise SpecError(f"Flag {name} is a launcher setting", "the launcher validates it with the rest",
+                            f"remove it and set {OWNED_FLAGS[name]} instead", setting="extra_flags")
+        spec = EXTRA_FLAGS.get(name)
+        if spec is None:
+            raise SpecError(f"Flag {name} is not on the launcher's allow-list",
+                            "extra flags are limited to ones checked against the real parser",
+                            "use one of: " + ", ".join(sorted(EXTRA_FLAGS)), setting="extra_flags")
+        if version < spec.since:
+            raise SpecError(f"Flag {name} needs vLLM-Omni {spec.since[0]}.{spec.since[1]} or newer",
+                            f"the server environment runs {version[0]}.{version[1]}",
+                            f"remove {name}, or upgrade the server environment", setting="extra_flags")
+        if spec.takes_value:
+            if has_inline:
+                value = raw.split("=", 1)[1]
+            elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+                i += 1
+                value = args[i]
+            else:
+                raise SpecError(f"Flag {name} needs a value", "it is not a switch",
+                                f"write it as {name}=VALUE", setting="extra_flags")
+            if spec.choices and value not in spec.choices:
+                raise SpecError(f"{name} {value} is not valid", f"allowed: {', '.join(spec.choices)}",
+                                f"use {name}={spec.choices[0]}", setting="extra_flags")
+        elif has_inline:
+            raise SpecError(f"Flag {name} takes no value", "it is a switch", f"write it as {name}",
+                            setting="extra_flags")
+        i += 1
+

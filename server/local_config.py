@@ -5,9 +5,10 @@ code trust and where API keys go come only from here: a JSON file (`vllm_omni_la
 in ComfyUI's user directory, or the path in VLLM_OMNI_LAUNCHER_CONFIG), overridden by
 environment variables. Nodes and the CLI read it; they never write it.
 
-Each setting is declared once, as a `LocalConfig` field: its type, default and help text (the
-field's metadata) give the environment variable name, the conversion from JSON or env text,
-the validation, and the reference table (`config_reference()`). The file is validated once,
+Each setting is declared once, as a `LocalConfig` field made with `settings.setting()` (the
+same declaration the launch spec and the Serving Config node use): its type, default, help
+and extras give the environment variable name, the conversion from JSON or env text, the
+validation, and the reference table (`config_reference()`). The file is validated once,
 when loaded; every problem is a LauncherError naming the key, the file or variable, and the fix.
 
 Remote servers and their keys (by origin, never by prefix) are `remote_servers.py`; the
@@ -19,10 +20,10 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, fields
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Optional, get_type_hints
+from typing import Any, Optional
 
 from ..errors import LauncherError
 from .config_values import (NotConvertible, convert, did_you_mean, env_error, expected, file_error, shown,
@@ -32,6 +33,7 @@ from .redact import mask_env
 from .remote_servers import (ENV_SERVER_NAME, LEGACY_KEYS_KEY, REMOTE_KEY_VAR, REMOTE_URL_VAR, RemoteServer,
                              origin, remote_servers_from)
 from .server_env import locate_server_program
+from .settings import Setting, setting, settings_of
 
 ENV_PREFIX = LAUNCHER_PREFIX
 CONFIG_FILE_NAME = "vllm_omni_launcher.json"
@@ -40,17 +42,9 @@ __all__ = ["CONFIG_FILE_NAME", "ENV_PREFIX", "LocalConfig", "RemoteServer", "con
 
 
 # ---- the settings ---------------------------------------------------------------------------
-def _setting(default: Any, help: str, *, env: Optional[str] = "", default_text: str = "",  # noqa: A002
-             check: Optional[Callable[[Any], str]] = None, example: Any = None, env_doc: str = "") -> Any:
-    """A LocalConfig field with its documentation. `env`: the variable's name after the prefix
-    ("" = the key upper-cased, None = file only). `check(value)` returns what is wrong, or ""."""
-    meta = {"help": help, "env": env, "default_text": default_text, "check": check, "example": example,
-            "env_doc": env_doc}
-    if isinstance(default, dict):
-        return field(default_factory=dict, metadata=meta)
-    return field(default=default, metadata=meta)
-
-
+# Declared with settings.setting(default, help, **extra); the extras this module reads:
+#   env: the variable's name after the prefix ("" or absent = the key upper-cased, None = file only);
+#   check(value) -> what is wrong, or ""; default_text / example / env_doc: the reference table's words.
 def _port_range(value: Optional[int]) -> str:
     return "" if value is None or 0 < value < 65536 else "must be from 1 to 65535"
 
@@ -85,47 +79,47 @@ def _env_names(value: Mapping[str, str]) -> str:
 class LocalConfig:
     """Settings owned by the machine's operator (see the module docstring for the rules)."""
 
-    server_command: tuple[str, ...] = _setting(
+    server_command: tuple[str, ...] = setting(
         (), "the server program, split like a shell (the launcher appends `serve MODEL --omni ...`)",
         env="SERVER_CMD", default_text="`vllm` on PATH", check=_command, example=["/opt/vllm-env/bin/vllm"])
-    server_env: Optional[str] = _setting(
+    server_env: Optional[str] = setting(
         None, "venv made by `python -m vllm_omni_launcher setup`; the launcher runs its `bin/vllm`", check=_nonempty,
         default_text="`~/.local/share/vllm-omni-launcher/server-env` (under `$XDG_DATA_HOME` when set) if it holds "
         "`bin/vllm`, else `vllm` on PATH", example="~/vllm-omni-env")
-    host: str = _setting("127.0.0.1", "bind address of launched servers", check=_nonempty)
-    port: Optional[int] = _setting(None, "port of launched servers", default_text="a free port per launch",
+    host: str = setting("127.0.0.1", "bind address of launched servers", check=_nonempty)
+    port: Optional[int] = setting(None, "port of launched servers", default_text="a free port per launch",
                                    check=_port_range, example=8091)
-    trust_remote_code: bool = _setting(False, "adds `--trust-remote-code`")
-    data_dir: str = _setting(
+    trust_remote_code: bool = setting(False, "adds `--trust-remote-code`")
+    data_dir: str = setting(
         "", "logs (`logs/`, last 10 per server kept), state files, job storage",
         default_text="`user/vllm_omni_launcher` in ComfyUI, else `~/.cache/vllm-omni-launcher`",
         example="~/vllm-omni-data")
-    keep_alive_minutes: float = _setting(0.0, "default idle stop; the node's value wins", default_text="0 (keep)",
+    keep_alive_minutes: float = setting(0.0, "default idle stop; the node's value wins", default_text="0 (keep)",
                                          check=_not_negative, example=10)
-    startup_timeout_s: Optional[float] = _setting(None, "give up waiting for ready after this long",
+    startup_timeout_s: Optional[float] = setting(None, "give up waiting for ready after this long",
                                                   default_text="scaled by model size", check=_positive,
                                                   example=1800)
-    hang_timeout_s: float = _setting(120.0, "`/health` failing this long while the process lives: restart",
+    hang_timeout_s: float = setting(120.0, "`/health` failing this long while the process lives: restart",
                                      check=_positive)
-    connect_timeout_s: float = _setting(5.0, "deadline to connect to a server", check=_positive)
-    first_byte_timeout_s: float = _setting(30.0, "deadline for a server's first response byte", check=_positive)
-    body_timeout_s: float = _setting(600.0, "deadline for a whole response body (video downloads)",
+    connect_timeout_s: float = setting(5.0, "deadline to connect to a server", check=_positive)
+    first_byte_timeout_s: float = setting(30.0, "deadline for a server's first response byte", check=_positive)
+    body_timeout_s: float = setting(600.0, "deadline for a whole response body (video downloads)",
                                      check=_positive)
-    remote_servers: dict[str, RemoteServer] = _setting(
+    remote_servers: dict[str, RemoteServer] = setting(
         {}, "servers elsewhere, by name: `{\"gpu-box\": {\"url\": \"http://gpu-box:8091\", \"api_key\": \"...\"}}` "
         "(or `\"api_key_env\": \"VAR\"`); a key is sent only to its server's origin. The variables name one server "
         f"called `{ENV_SERVER_NAME}`. Also read: `{LEGACY_KEYS_KEY}` `{{\"http://gpu-box:8091\": \"key\"}}` "
         "(by origin; `\"*\"` is refused)", env=None, env_doc=f"`{REMOTE_URL_VAR}` + `{REMOTE_KEY_VAR}`")
-    extra_env: dict[str, str] = _setting(
+    extra_env: dict[str, str] = setting(
         {}, "extra environment for launched servers (e.g. `HF_HOME`, `HF_TOKEN`, `HF_HUB_OFFLINE`)", env=None,
         check=_env_names, example={"HF_HUB_OFFLINE": "1"})
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            problem = f.metadata["check"](getattr(self, f.name)) if f.metadata["check"] else ""
+        for s in _settings():
+            problem = _problem(s, getattr(self, s.name))
             if problem:
-                raise LauncherError(f"The launcher setting '{f.name}' is not valid", problem,
-                                    f"change '{f.name}'", setting=f.name, kind="config")
+                raise LauncherError(f"The launcher setting '{s.name}' is not valid", problem,
+                                    f"change '{s.name}'", setting=s.name, kind="config")
 
     def __repr__(self) -> str:
         """Field values with extra_env secrets masked and remote keys never shown."""
@@ -172,24 +166,30 @@ def key_setup_hint(url: str) -> str:
 
 # ---- reading the file and the environment --------------------------------------------------
 @lru_cache(maxsize=1)
-def _types() -> dict[str, Any]:
-    return get_type_hints(LocalConfig)
+def _settings() -> tuple[Setting, ...]:
+    return settings_of(LocalConfig)
 
 
-def _example(f: Any, tp: Any, raw: Any) -> str:
-    """A valid JSON value for `f`: the bad text converted when it parses (\"8091\" -> 8091)."""
+def _problem(s: Setting, value: Any) -> str:
+    """What is wrong with `value` for setting `s` (its declared check), or ""."""
+    check = s.extra.get("check")
+    return check(value) if check else ""
+
+
+def _example(s: Setting, raw: Any) -> str:
+    """A valid JSON value for `s`: the bad text converted when it parses (\"8091\" -> 8091)."""
     if isinstance(raw, str):
         try:
-            return json.dumps(convert(tp, raw, True))
+            return json.dumps(convert(s.hint, raw, True))
         except NotConvertible:
             pass
-    value = f.metadata["example"] if f.metadata["example"] is not None else f.default
+    value = s.extra.get("example", s.default)
     return json.dumps(value if value is not MISSING else {})
 
 
-def _env_var(f: Any) -> Optional[str]:
-    env = f.metadata["env"]
-    return None if env is None else ENV_PREFIX + (env or f.name.upper())
+def _env_var(s: Setting) -> Optional[str]:
+    env = s.extra.get("env", "")
+    return None if env is None else ENV_PREFIX + (env or s.name.upper())
 
 
 def _read_file(path: Optional[Path]) -> dict[str, Any]:
@@ -205,7 +205,7 @@ def _read_file(path: Optional[Path]) -> dict[str, Any]:
         raise LauncherError(f"The launcher config {path} is not a JSON object", f"it holds {shown(data)}",
                             'write an object such as {"server_env": "~/vllm-omni-env"}', setting="config",
                             kind="config")
-    known = [f.name for f in fields(LocalConfig)] + [LEGACY_KEYS_KEY]
+    known = [s.name for s in _settings()] + [LEGACY_KEYS_KEY]
     for key in data:
         if key not in known:
             hint = did_you_mean(key, known)
@@ -222,37 +222,37 @@ def load_local_config(environ: Optional[Mapping[str, str]] = None) -> LocalConfi
     path = config_file_path(env)
     data = _read_file(path)
     values: dict[str, Any] = {}
-    for f in fields(LocalConfig):
-        var = _env_var(f)
+    for s in _settings():
+        var = _env_var(s)
         if var and env.get(var, "").strip():
-            values[f.name] = _parsed(f, env[var], var=var)
-        elif f.name in data and f.name != "remote_servers":
-            values[f.name] = _parsed(f, data[f.name], path=path)
+            values[s.name] = _parsed(s, env[var], var=var)
+        elif s.name in data and s.name != "remote_servers":
+            values[s.name] = _parsed(s, data[s.name], path=path)
     values["data_dir"] = values.get("data_dir") or default_data_dir()
     values["remote_servers"] = remote_servers_from(data, path, env)
     return LocalConfig(**values)
 
 
-def _parsed(f: Any, raw: Any, *, var: str = "", path: Optional[Path] = None) -> Any:
-    """`raw` from env variable `var` (or from the file at `path`) converted and checked for field `f`."""
-    tp = _types()[f.name]
+def _parsed(s: Setting, raw: Any, *, var: str = "", path: Optional[Path] = None) -> Any:
+    """`raw` from env variable `var` (or from the file at `path`) converted and checked for setting `s`."""
+    tp = s.hint
     try:
         value = convert(tp, raw, bool(var))
     except NotConvertible:
-        why = f"'{f.name}' expects {expected(tp)}, got {shown(raw)}"
+        why = f"'{s.name}' expects {expected(tp)}, got {shown(raw)}"
         bad = [k for k, v in raw.items() if isinstance(v, bool) or not isinstance(v, (str, int, float))] \
             if isinstance(raw, dict) else []
         if bad:
             why += f" ('{bad[0]}' is {shown(raw[bad[0]])}, not a string)"
         if var:
-            raise env_error(var, f.name, why, f"set {var} to {expected(tp)}, or unset it") from None
-        raise file_error(f.name, path, why, f"write \"{f.name}\": {_example(f, tp, raw)} in {path}, or remove "
+            raise env_error(var, s.name, why, f"set {var} to {expected(tp)}, or unset it") from None
+        raise file_error(s.name, path, why, f"write \"{s.name}\": {_example(s, raw)} in {path}, or remove "
                           "the key to use the default") from None
-    problem = f.metadata["check"](value) if f.metadata["check"] else ""
+    problem = _problem(s, value)
     if problem and var:
-        raise env_error(var, f.name, f"'{f.name}' {problem}", f"change {var}, or unset it")
+        raise env_error(var, s.name, f"'{s.name}' {problem}", f"change {var}, or unset it")
     if problem:
-        raise file_error(f.name, path, f"'{f.name}' {problem}", f"change \"{f.name}\" in {path}")
+        raise file_error(s.name, path, f"'{s.name}' {problem}", f"change \"{s.name}\" in {path}")
     return value
 
 
@@ -290,16 +290,16 @@ def config_reference() -> str:
     rows = ["| variable | file key | type | default | meaning |", "|---|---|---|---|---|",
             f"| `{ENV_PREFIX}CONFIG` | — | path | `user/{CONFIG_FILE_NAME}` in ComfyUI, else "
             f"`~/.config/vllm-omni-launcher/{CONFIG_FILE_NAME}` | where this file is |"]
-    for f in fields(LocalConfig):
-        var = _env_var(f)
-        env_text = f.metadata["env_doc"] or (f"`{var}`" if var else "—")
-        default = f.metadata["default_text"] or _doc_default(f.default)
-        rows.append(f"| {env_text} | `{f.name}` | {type_word(_types()[f.name])} | {default} | {f.metadata['help']} |")
+    for s in _settings():
+        var = _env_var(s)
+        env_text = s.extra.get("env_doc") or (f"`{var}`" if var else "—")
+        default = s.extra.get("default_text") or _doc_default(s.default)
+        rows.append(f"| {env_text} | `{s.name}` | {type_word(s.hint)} | {default} | {s.help} |")
     return "\n".join(rows)
 
 
 def _doc_default(value: Any) -> str:
-    if value is None or value is MISSING:
+    if value is None or value is MISSING or value == {}:
         return "—"
     if isinstance(value, float) and value.is_integer():
         value = int(value)

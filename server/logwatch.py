@@ -211,6 +211,11 @@ class DenoiseProgress:
     def fraction(self) -> float:
         return self.step / self.total if self.total else 0.0
 
+    def denoised_after(self, run_floor: int) -> bool:
+        """This is a run newer than `run_floor` and it reached its last step: its job is in
+        the VAE decode and MP4 encode, about to complete (the client polls faster then)."""
+        return self.run_id > run_floor and self.done
+
 
 class ProgressTracker:
     """Turns bar redraws into per-run progress records; skips the warm-up dummy run.

@@ -4,8 +4,9 @@ monitor.py notices events (exit, hang, idle, queued requests); this half of the 
 reacts to them. A crash or a hang restarts the server within the restart budget
 (restart_policy.py) on the same port, a permanent failure (a config error) or a spent budget
 ends it as failed with the reason, a job that ran out of memory switches to the fallback's
-leaner spec, a hard cancel restarts a server whose GPU is still busy with a cancelled job,
-and the keep-alive stops an idle one. Every reaction runs under the supervisor's operation
+leaner spec, a cancelled job still denoising either drains or, when that would take longer
+than this server's own restart (cancel_policy.py), gets the server restarted, and the
+keep-alive stops an idle one. Every reaction runs under the supervisor's operation
 lock, so it never overlaps a start or a stop.
 
 `Recovery` is a mixin of `Supervisor` (supervisor.py), split out to keep each file about one
@@ -13,15 +14,21 @@ concern; the annotations below are the supervisor state and methods it relies on
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ..errors import LauncherError
 from . import failures, timeouts
+from .cancel_policy import CancelDecision, CancelPolicy
 from .failures import ServerFailure
+from .logwatch import DenoiseProgress
 from .restart_policy import RestartPolicy
 from .status import FAILED, READY, RESTARTING, STOPPED, StatusBoard
+
+log = logging.getLogger(__name__)
+CANCEL_WATCH_S = 0.5       # how often a cancelled job's denoise is looked at again
 
 if TYPE_CHECKING:
     from .logwatch import ProgressTracker
@@ -50,6 +57,9 @@ class Recovery:
         _generation: int
         _restart_count: int
         _last_activity: float
+        _last_oom_at: float
+        cancel_policy: CancelPolicy
+        restart_time_s: Optional[float]
 
         def tail(self, lines: int = 40) -> list[str]: ...
         def alive(self) -> bool: ...
@@ -162,15 +172,71 @@ class Recovery:
             self._restarts.book()
             self._relaunch(note.split(";")[0])
 
-    # ---- hard cancel -------------------------------------------------------------------
-    def hard_cancel(self, job_id: str, grace_s: float = 15.0, wait: bool = False) -> bool:
-        """Make sure a cancelled job stops using the GPU; True when the server was restarted.
+    # ---- a job that ran out of memory (seen in the log) -----------------------------------
+    def _on_job_oom(self, text: str) -> None:
+        now = time.monotonic()
+        if now - self._last_oom_at < 5.0:       # one traceback prints several OOM lines
+            return
+        self._last_oom_at = now
+        self._progress.abort_current()
+        tail = self.tail(40)
+        if text not in tail:
+            tail.append(text)
+        err = failures.oom_job_error(tail, self._context(self.spec, None, True))
+        self._board.set_error(err)
+        if self.fallback is not None:
+            self._monitor.request("oom_job", "a job ran out of GPU memory")
+        else:
+            self._set(None, f"Ready at {self.url}; the last job ran out of GPU memory ({err.fix})")
 
-        Upstream DELETE removes the job record but cannot stop a running Wan denoise, so the
-        GPU stays busy for the rest of the job. The caller has DELETEd the job already. If
-        the denoise run in progress neither finishes nor ends within `grace_s`, the server
-        is restarted (same port when possible) and the status says so. `wait=True` blocks
-        until the restarted server is ready.
+    # ---- cancel ------------------------------------------------------------------------
+    def cancel_job(self, job_id: str, run_floor: int = -1, queued: bool = False) -> CancelDecision:
+        """A job was cancelled (and DELETEd): weigh draining its denoise against a restart
+        (cancel_policy.py), say so in the status text and the log, and follow through in the
+        background. `run_floor`: the last denoise run id before the job was submitted (runs
+        up to it belong to earlier jobs). Returns at once with the decision for the node."""
+        snap = self._job_run(run_floor) if not queued else None
+        decision = self.cancel_policy.decide(snap, self.restart_time_s, queued=queued)
+        log.info("Cancel of job %s: %s", job_id, decision.text)
+        if not queued:
+            if self._board.phase == READY:
+                self._set(None, f"Ready at {self.url}; {decision.text}")
+            threading.Thread(target=self._follow_cancel, args=(job_id, run_floor, time.monotonic()), daemon=True,
+                             name="vllm-omni-cancel").start()
+        return decision
+
+    def _job_run(self, run_floor: int) -> Optional[DenoiseProgress]:
+        cur = self._progress.current()
+        return cur if cur is not None and cur.run_id > run_floor and self.alive() else None
+
+    def _follow_cancel(self, job_id: str, run_floor: int, cancelled_at: float) -> None:
+        """Watch the cancelled job's denoise until it ends, re-deciding as it goes (its rate, a
+        stall); restart the server once the policy says so and the grace is over. A job whose
+        denoise has not shown up within the grace never reached the GPU."""
+        seen = False
+        while not self._stop_evt.wait(CANCEL_WATCH_S):
+            since = time.monotonic() - cancelled_at
+            cur = self._job_run(run_floor)
+            running = cur is not None and not cur.done and not cur.aborted
+            if not running and (seen or since >= self.cancel_policy.grace_s or not self.alive()):
+                if seen and self._board.phase == READY:
+                    self._set(None, f"Ready at {self.url}; the cancelled job's denoise ended, the GPU is free")
+                return
+            if not running:
+                continue
+            seen = True
+            decision = self.cancel_policy.decide(cur, self.restart_time_s, since_cancel_s=since)
+            if decision.restart and decision.grace_left_s <= 0:
+                log.info("Cancel of job %s: %s", job_id, decision.text)
+                self._restart_for_cancel(job_id, cur, since, decision.text)
+                return
+
+    def hard_cancel(self, job_id: str, grace_s: float = 15.0, wait: bool = False) -> bool:
+        """Restart the server if the denoise run in progress has neither finished nor ended
+        within `grace_s`, whatever it would cost (cancel_job weighs that); True when restarted.
+
+        The caller has DELETEd the job already (upstream cannot stop a running Wan denoise).
+        The restart keeps the port when possible; `wait=True` blocks until it is ready.
         """
         snap = self._progress.current()
         if snap is None or snap.done or snap.aborted or not self.alive():
@@ -178,15 +244,17 @@ class Recovery:
         cur = self._progress.still_running_after(snap.run_id, grace_s, self._stop_evt, self.alive)
         if cur is None:
             return False
-        note = (f"Cancelled job {job_id} was still running on the GPU after {grace_s:g} s (Wan cannot stop "
-                f"mid-denoise, step {cur.step}/{cur.total}); restarting the server to free the GPU")
+        self._restart_for_cancel(job_id, cur, grace_s, "Wan cannot stop mid-denoise")
+        if wait:
+            self.wait_ready()
+        return True
+
+    def _restart_for_cancel(self, job_id: str, cur: DenoiseProgress, after_s: float, why: str) -> None:
+        note = (f"Cancelled job {job_id} was still running on the GPU {after_s:.0f} s after the cancel "
+                f"(step {cur.step}/{cur.total}); restarting the server to free the GPU. {why}")
         self._progress.abort_current()
         with self._lock:
             self._ready = False
         self._board.set_restart_reason(note)
         self._monitor.request("hard_cancel", note)
         self._set(RESTARTING, note)
-        if wait:
-            self.wait_ready()
-        return True
-

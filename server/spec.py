@@ -15,7 +15,8 @@ from typing import Any, Literal, Optional
 
 from ..errors import LauncherError, SpecError
 from ..models import WanFamily, family_for
-from .flags import EXTRA_FLAGS, LOCAL_ONLY_FLAGS, NONEXISTENT_FLAGS, Version
+from .flags import Version, check_extra_flags
+from .loras import StartupLora
 from .settings import options, setting
 from .versions import DEFAULT_VERSION
 
@@ -149,6 +150,7 @@ class LaunchSpec:
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    lora: StartupLora = field(default_factory=StartupLora)
     served_model_name: Optional[str] = setting(None, "the model name clients use in requests (default: the model)")
     host: str = setting("127.0.0.1", "the address to listen on; set only locally (a workflow cannot choose it)")
     port: Optional[int] = setting(None, "the TCP port to listen on; unset: a free port chosen at launch")
@@ -168,6 +170,8 @@ class LaunchSpec:
         data = asdict(self)
         data["gpus"] = list(self.gpus) if self.gpus is not None else None
         data["extra_flags"] = list(self.extra_flags)
+        if not self.lora.lora_paths:
+            del data["lora"]          # no LoRA: the fingerprint stays what it was before LoRAs existed
         return data
 
     @classmethod
@@ -179,6 +183,7 @@ class LaunchSpec:
             parallel=ParallelConfig(**data.get("parallel", {})),
             memory=MemoryConfig(**data.get("memory", {})),
             runtime=RuntimeConfig(**data.get("runtime", {})),
+            lora=StartupLora(tuple(data.get("lora", {}).get("lora_paths", ()))),
             served_model_name=data.get("served_model_name"),
             host=data.get("host", "127.0.0.1"),
             port=data.get("port"),
@@ -229,7 +234,8 @@ class LaunchSpec:
         if self.port is not None and not 0 < self.port < 65536:
             raise SpecError(f"Port {self.port} is not a TCP port", "ports are 1..65535",
                             "leave the port empty to pick a free one", setting="port")
-        self._validate_extra_flags(version)
+        check_extra_flags(self.extra_flags, version)
+        self.lora.validate(family, version)
         warnings = []
         if m.quantization == "fp8":
             warnings.append("FP8 for Wan2.2 is not validated upstream (vLLM-Omni's feature table marks "
@@ -304,68 +310,13 @@ class LaunchSpec:
                 f"upstream would fail with 'Stage 0 requires {world} device(s)'",
                 f"lower the parallel degree to {visible_gpus} or less", setting="parallel_degree")
 
-    def _validate_extra_flags(self, version: Version) -> None:
-        owned = {"--tensor-parallel-size": "parallel mode 'tensor'", "-tp": "parallel mode 'tensor'",
-                 "--usp": "parallel mode 'ulysses'", "--ulysses-degree": "parallel mode 'ulysses'",
-                 "--ring": "parallel mode 'ring'", "--ring-degree": "parallel mode 'ring'",
-                 "--cfg-parallel-size": "parallel mode 'cfg'", "--use-hsdp": "parallel mode 'hsdp'",
-                 "--hsdp-shard-size": "parallel mode 'hsdp'", "--vae-patch-parallel-size": "VAE patch parallel",
-                 "--enable-cpu-offload": "offload 'module'", "--enable-layerwise-offload": "offload 'layerwise'",
-                 "--quantization": "quantization 'fp8'", "-q": "quantization 'fp8'",
-                 "--vae-use-tiling": "VAE tiling", "--vae-use-slicing": "VAE slicing",
-                 "--cache-backend": "cache backend", "--enforce-eager": "compile off (enforce eager)",
-                 "--boundary-ratio": "boundary ratio", "--flow-shift": "flow shift",
-                 "--served-model-name": "served model name", "--ulysses-mode": "ulysses mode"}
-        args = list(self.extra_flags)
-        i = 0
-        while i < len(args):
-            raw = args[i]
-            name, has_inline = raw.split("=", 1)[0], "=" in raw
-            if name in NONEXISTENT_FLAGS:
-                raise SpecError(f"Flag {name} does not exist in vLLM-Omni",
-                                "it comes from blog posts; the real `vllm serve --omni` exits with "
-                                f"'unrecognized arguments: {name}'",
-                                f"remove it; use {NONEXISTENT_FLAGS[name]}", setting="extra_flags")
-            if name in LOCAL_ONLY_FLAGS:
-                raise SpecError(f"Flag {name} cannot be set from a workflow",
-                                "a shared workflow must not choose network exposure, keys or remote code",
-                                f"remove it; {LOCAL_ONLY_FLAGS[name]}", setting="extra_flags")
-            if name in owned:
-                raise SpecError(f"Flag {name} is a launcher setting", "the launcher validates it with the rest",
-                                f"remove it and set {owned[name]} instead", setting="extra_flags")
-            spec = EXTRA_FLAGS.get(name)
-            if spec is None:
-                raise SpecError(f"Flag {name} is not on the launcher's allow-list",
-                                "extra flags are limited to ones checked against the real parser",
-                                "use one of: " + ", ".join(sorted(EXTRA_FLAGS)), setting="extra_flags")
-            if version < spec.since:
-                raise SpecError(f"Flag {name} needs vLLM-Omni {spec.since[0]}.{spec.since[1]} or newer",
-                                f"the server environment runs {version[0]}.{version[1]}",
-                                f"remove {name}, or upgrade the server environment", setting="extra_flags")
-            if spec.takes_value:
-                if has_inline:
-                    value = raw.split("=", 1)[1]
-                elif i + 1 < len(args) and not args[i + 1].startswith("--"):
-                    i += 1
-                    value = args[i]
-                else:
-                    raise SpecError(f"Flag {name} needs a value", "it is not a switch",
-                                    f"write it as {name}=VALUE", setting="extra_flags")
-                if spec.choices and value not in spec.choices:
-                    raise SpecError(f"{name} {value} is not valid", f"allowed: {', '.join(spec.choices)}",
-                                    f"use {name}={spec.choices[0]}", setting="extra_flags")
-            elif has_inline:
-                raise SpecError(f"Flag {name} takes no value", "it is a switch", f"write it as {name}",
-                                setting="extra_flags")
-            i += 1
-
     # ---- command --------------------------------------------------------------------
     def flags(self) -> list[str]:
         """The `vllm serve` flags after the model, without host/port (those come at launch)."""
         out = ["--omni"]
         if self.served_model_name:
             out += ["--served-model-name", self.served_model_name]
-        out += self.parallel.flags() + self.memory.flags() + self.runtime.flags()
+        out += self.parallel.flags() + self.memory.flags() + self.runtime.flags() + self.lora.flags()
         return out + list(self.extra_flags)
 
     def build(self, executable: list[str], port: int, api_key: Optional[str],

@@ -7,10 +7,11 @@ forceful stop of the whole process tree. This module keeps the phase machine, st
 (with OOM fallbacks, cancel and startup progress) and stopping; around it:
 launch_prep.py (program, port, key, environment, storage), gpu_lock.py (one server per GPU
 across processes), server_run.py (one generation: process group, log, readiness, state
-file), log_files.py, log_follower.py + logwatch.py (what the log says), status.py (the
-visible state), monitor.py + recovery.py (after ready: crash, hang, OOM job, hard cancel,
-keep-alive), restart_policy.py (the restart budget) and adoption.py (servers an earlier
-ComfyUI left behind). Nodes and the CLI reach supervisors through registry.py, which this
+file), log_files.py, log_follower.py + logwatch.py (what the log says) + log_events.py
+(what the supervisor does with it), status.py (the visible state), monitor.py + recovery.py
+(after ready: crash, hang, OOM job, cancel, keep-alive), restart_policy.py (the restart
+budget), cancel_policy.py (drain or restart after a cancel, weighed against this server's
+measured start time) and adoption.py (servers an earlier ComfyUI left behind). Nodes and the CLI reach supervisors through registry.py, which this
 module never imports.
 
 Secrets stay out of `status()`: the per-launch API key exists only in the child's
@@ -27,28 +28,28 @@ from ..errors import LauncherError
 from . import failures, gpu_lock, launch_prep, logwatch, timeouts
 from .failures import LaunchCancelled, ServerFailure
 from .hf_cache import DownloadWatch
+from .cancel_policy import CancelPolicy, LaunchClock
 from .local_config import LocalConfig, default_data_dir
-from .logwatch import DenoiseProgress, PhaseChange
+from .log_events import LogEvents
+from .logwatch import DenoiseProgress
 from .monitor import Monitor
 from .recovery import Recovery
 from .restart_policy import RestartPolicy
 from .server_run import RunningServer, ServerRun
 from .spec import DEFAULT_VERSION, LaunchSpec
-from .status import (DOWNLOADING, FAILED, READY, RESTARTING, STARTING, STOPPED, STOPPING, WARMUP, Status,
+from .status import (FAILED, READY, RESTARTING, STARTING, STOPPED, STOPPING, Status,
                      StatusBoard, StatusCallback)
 
 Fallback = Callable[[LaunchSpec, str], Optional[tuple[LaunchSpec, str]]]
 ShouldCancel = Callable[[], bool]
-VERSION_NOTE = ("vLLM and vLLM-Omni in the server environment have different major/minor versions; "
-                "re-create it with server/create_server_env.sh")
 
 
-class Supervisor(Recovery):
+class Supervisor(LogEvents, Recovery):
     """Starts and supervises one `vllm serve MODEL --omni` server across its generations."""
 
     def __init__(self, spec: LaunchSpec, config: LocalConfig, fallback: Optional[Fallback] = None, *,
                  keep_alive_minutes: Optional[float] = None, api_key: launch_prep.KeyMode = True,
-                 restart_policy: Optional[RestartPolicy] = None) -> None:
+                 restart_policy: Optional[RestartPolicy] = None, cancel_policy: Optional[CancelPolicy] = None) -> None:
         """`api_key`: True = a fresh random key per launch (default), False = no key
         (trusted machine, `serve --no-api-key`), a string = that key (tests/CLI only)."""
         self.requested_spec = spec
@@ -66,6 +67,8 @@ class Supervisor(Recovery):
         self._progress = logwatch.ProgressTracker()
         self._gpus: Optional[gpu_lock.GpuLock] = None
         self._restarts = restart_policy or RestartPolicy()
+        self.cancel_policy = cancel_policy or CancelPolicy()
+        self._launch_clock = LaunchClock()
         self._ready = False
         self._generation = 0
         self._restart_count = 0
@@ -97,6 +100,11 @@ class Supervisor(Recovery):
     def server_version(self) -> tuple[int, int]:
         """(major, minor) of the running vLLM, from its log; the pinned default until seen."""
         return self._server_version or DEFAULT_VERSION
+
+    @property
+    def restart_time_s(self) -> Optional[float]:
+        """This server's last start, launch to ready without downloads (None: not measured)."""
+        return self._launch_clock.last_s
 
     @property
     def last_error(self) -> Optional[LauncherError]:
@@ -261,6 +269,7 @@ class Supervisor(Recovery):
             self._generation += 1
             self._ready = False
         self._progress.new_launch()
+        self._launch_clock.started()
         self._set(STARTING, f"Starting {spec.served_name} on {gpu_lock.describe(spec.gpus)} (port {launch.port})")
         run = ServerRun.spawn(launch, self._generation, self._data_dir, self._on_segment, cancel)
         with self._lock:
@@ -277,18 +286,9 @@ class Supervisor(Recovery):
             self._ready = True
             self._last_activity = time.time()
         self._progress.mark_server_up()
+        self._launch_clock.ready()
         run.write_state(self.requested_spec.fingerprint(), ready=True)
         self._set(READY, f"Ready: {spec.served_name} at {run.url} ({gpu_lock.describe(spec.gpus)})")
-
-    def _show_download(self, download: Optional[DownloadWatch]) -> None:
-        """While starting: the HF cache folder growing is the download's progress."""
-        if download is None or self._board.phase not in (STARTING, DOWNLOADING) or not download.due():
-            return
-        got = download.downloaded()
-        if got:
-            mb = round(got / 1e6, 1)
-            self._board.advance(PhaseChange(DOWNLOADING, f"Downloading weights into the Hugging Face cache: "
-                                                         f"{mb:.0f} MB so far", (mb, None, "MB")))
 
     def _claim_gpus(self, spec: LaunchSpec) -> None:
         """Hold the GPU lock for `spec`'s GPUs (kept across restarts on the same GPUs)."""
@@ -310,45 +310,6 @@ class Supervisor(Recovery):
                                 world_size=spec.parallel.world_size, port=run.port if run is not None else None,
                                 port_configured=bool(spec.port or self.config.port), ever_ready=ever_ready,
                                 exit_code=exit_code)
-
-    # ---- log events --------------------------------------------------------------------
-    def _on_segment(self, text: str, ends_line: bool) -> None:
-        if self._progress.feed(text):
-            self._last_activity = time.time()
-            if logwatch.bar_text(text) == logwatch.strip_prefix(text).rstrip():
-                return                         # a pure redraw; else a log line is glued after it
-        if logwatch.is_server_up(text) and self._run is not None:
-            self._run.hurry()
-        version = logwatch.server_version(text)
-        if version is not None:
-            self._server_version = version
-        if logwatch.is_version_mismatch(text):
-            self._board.add_warning(VERSION_NOTE)
-        if self._ready:
-            if logwatch.is_oom_line(text):
-                self._on_job_oom(text)
-            return
-        change = logwatch.parse_phase(text)
-        if change is None and self._board.phase == WARMUP:
-            change = logwatch.warmup_step(text)
-        if change is not None:
-            self._board.advance(change)
-
-    def _on_job_oom(self, text: str) -> None:
-        now = time.monotonic()
-        if now - self._last_oom_at < 5.0:       # one traceback prints several OOM lines
-            return
-        self._last_oom_at = now
-        self._progress.abort_current()
-        tail = self.tail(40)
-        if text not in tail:
-            tail.append(text)
-        err = failures.oom_job_error(tail, self._context(self.spec, None, True))
-        self._board.set_error(err)
-        if self.fallback is not None:
-            self._monitor.request("oom_job", "a job ran out of GPU memory")
-        else:
-            self._set(None, f"Ready at {self.url}; the last job ran out of GPU memory ({err.fix})")
 
     # ---- stop --------------------------------------------------------------------------
     def request_stop(self) -> None:

@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Optional
 from ..errors import LauncherError
 from . import environment
 from .flags import Version
+from .server_env import SETUP_COMMAND
 
 if TYPE_CHECKING:
     from .local_config import LocalConfig
 
-DEFAULT_VERSION: Version = (0, 30)    # the line the launcher pins (create_server_env.sh)
+DEFAULT_VERSION: Version = (0, 30)    # the line the launcher pins (setup, create_server_env.sh)
 
 SUPPORTED = ((0, 26), (0, 30))
 _PROBE = ("import json, sys\nfrom importlib.metadata import version, PackageNotFoundError\n"
@@ -50,20 +51,20 @@ class ServerVersions:
             raise LauncherError(
                 f"The server environment has no {missing}",
                 "`vllm serve --omni` needs both vllm and vllm-omni installed there",
-                "run server/create_server_env.sh (it installs the pinned pair), or fix the server command "
+                f"run `{SETUP_COMMAND}` (it installs the pinned pair), or fix the server command "
                 "in the launcher config", setting="server_env")
         if _major_minor(self.vllm) != _major_minor(self.vllm_omni):
             raise LauncherError(
                 f"vLLM {self.vllm} and vLLM-Omni {self.vllm_omni} do not match",
                 "their major.minor must be equal; upstream only warns ('appear to have mismatched "
                 "major/minor versions') and then fails in odd ways",
-                f"install vllm=={self.vllm_omni} in the server environment (server/create_server_env.sh "
-                f"--version {self.vllm_omni})", setting="server_env")
+                f"install vllm=={self.vllm_omni} in the server environment (`{SETUP_COMMAND} "
+                f"--version {self.vllm_omni}`)", setting="server_env")
         if self.omni_minor not in SUPPORTED:
             raise LauncherError(
                 f"vLLM-Omni {self.vllm_omni} is not a version this launcher knows",
                 "supported lines: " + ", ".join(f"{a}.{b}" for a, b in SUPPORTED),
-                "recreate the server environment with server/create_server_env.sh (pins 0.30.0)",
+                f"repair the server environment with `{SETUP_COMMAND}` (it pins 0.30.0)",
                 setting="server_env")
 
 
@@ -112,7 +113,7 @@ def _probe(python: str, extra_env: tuple[tuple[str, str], ...]) -> ServerVersion
                             setting="server_env") from exc
     if out.returncode != 0:
         raise LauncherError(f"The server environment's python failed ({python})", "see the output below",
-                            "recreate it with server/create_server_env.sh", setting="server_env", raw=out.stderr)
+                            f"repair it with `{SETUP_COMMAND}`", setting="server_env", raw=out.stderr)
     data = json.loads(out.stdout.strip().splitlines()[-1])
     return ServerVersions(data["python"], data.get("vllm"), data.get("vllm-omni"))
 

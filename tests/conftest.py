@@ -1,5 +1,7 @@
 """Shared test setup: helper modules on sys.path, no test touches the user's config or data,
-and the ``server_env_python`` fixture for tests outside ``tests/contract`` that need vLLM."""
+the ``server_env_python`` fixture for tests outside ``tests/contract`` that need vLLM, and
+the xdist scheduling that keeps tests sharing a server process in one worker
+(``xdist_groups.py``; tests/run.sh runs ``-n 2 --dist loadgroup``)."""
 from __future__ import annotations
 
 import os
@@ -12,6 +14,7 @@ TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS / "contract"))  # frame_code, stubserver
 
 import stubserver  # noqa: E402
+import xdist_groups  # noqa: E402
 
 SERVER_ENV_MISSING = (
     f"needs the server environment (vllm + vllm-omni): {stubserver.ENV_VAR} is not set; "
@@ -40,3 +43,17 @@ def _isolated_launcher_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatc
     for key in list(os.environ):
         if key.startswith("VLLM_OMNI_STUB_"):
             monkeypatch.delenv(key)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    xdist_groups.configure(config)
+
+
+@pytest.hookimpl(tryfirst=True)   # before xdist's worker reports that collection finished
+def pytest_collection_finish(session: pytest.Session) -> None:
+    xdist_groups.write_groups(session)
+
+
+@pytest.hookimpl(optionalhook=True)   # a hook of pytest-xdist, which a plain run need not have
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    return xdist_groups.make_scheduler(config, log)

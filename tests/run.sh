@@ -18,7 +18,11 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e ".[test]" "torch==2.13.0"
 
-server/create_server_env.sh "$root/.venv-server"
+# The server environment is made the way the README tells users: `setup` (which runs
+# server/create_server_env.sh when needed, then checks the pair and torch): CI thereby tests
+# the first-run path from scratch against the real pinned upstream.
+VLLM_OMNI_LAUNCHER_CONFIG="$root/.pytest_cache/no-config.json" \
+  .venv/bin/python -m vllm_omni_launcher setup --path "$root/.venv-server"
 
 # uv installs no bytecode, and with PYTHONDONTWRITEBYTECODE set none is ever written: then
 # every stub server start compiles ~9000 modules of vllm, torch & co. from source, which
@@ -41,8 +45,14 @@ export VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON="$root/.venv-server/bin/python"
 # Tests must never touch the user's real launcher config or data.
 export VLLM_OMNI_LAUNCHER_CONFIG="$root/.pytest_cache/no-config.json"
 set +e
+# Two pytest-xdist workers: most of the time goes into stub servers importing vLLM (one
+# core each) and into tests waiting on them, which leaves the second core of a 2-core box
+# idle when tests run one at a time.  Tests that share a server process run in one worker
+# (xdist groups, tests/contract/conftest.py); every worker has its own temp and data dirs.
+# VLLM_OMNI_LAUNCHER_TEST_WORKERS=0 runs everything in this process, one test at a time.
 # --durations: the slowest tests at the end of every log, so CI shows where the time goes.
-.venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 "${@:-tests}"
+.venv/bin/python -m pytest -q -p no:cacheprovider -n "${VLLM_OMNI_LAUNCHER_TEST_WORKERS:-2}" --dist loadgroup \
+  --durations=15 "${@:-tests}"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

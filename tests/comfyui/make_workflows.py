@@ -38,16 +38,24 @@ RELEASED = Path(__file__).resolve().parents[1] / "unit" / "released_workflows"
 TI2V, T2V, I2V = ("Wan-AI/Wan2.2-TI2V-5B-Diffusers", "Wan-AI/Wan2.2-T2V-A14B-Diffusers",
                   "Wan-AI/Wan2.2-I2V-A14B-Diffusers")
 NEGATIVE = "blurry, low quality, distorted faces, jitter, flicker, watermark, text, static frame"
-SETUP = ("Setup: the vLLM-Omni server runs in its own Python environment (server/create_server_env.sh); "
-         "point the launcher at it in the local config (vllm_omni_launcher.json in ComfyUI's user folder, "
-         "or VLLM_OMNI_LAUNCHER_SERVER_ENV). The first start downloads the model from Hugging Face into "
-         "the HF cache; pick a local folder in Load model to skip that.")
+SETUP = ("Setup: the vLLM-Omni server runs in its own Python environment: run `python -m vllm_omni_launcher "
+         "setup` once on the GPU machine (it creates the default environment, which the launcher finds by "
+         "itself; the server_env setting in the local config points elsewhere). The first start downloads "
+         "the model from Hugging Face into the HF cache (Local Server shows the download); pick a local "
+         "folder in Load model to skip that.")
 RECOMMENDED = ("Generate video: 0 (or -1) means the model's recommended value")
+# What 'auto' picks for the TI2V-5B defaults on common cards (tests/unit/test_workflows.py checks it against the planner).
+TI2V_PLAN = ("Serving config 'auto' lets the memory planner pick the fastest setup that fits the defaults below, and "
+             "Local Server shows what it chose: on a 24 GB card layerwise offload + VAE tiling (it needs about 14 GB "
+             "of free system RAM; on smaller cards it lowers the frame count, which Generate video then uses where "
+             "frames is 0); on 48 GB no offload + VAE tiling; on 80 GB neither.")
 
 
-def _serving(gpus: str, mode: str, degree: int = 2, vae_patch: int = 1) -> dict:
+def _serving(gpus: str, mode: str, degree: int = 2, vae_patch: int = 1, compile: bool = False) -> dict:  # noqa: A002
+    # compile: off for TI2V-5B (measured: 87 s more start for no measurable per-step gain); the A14B
+    # templates keep upstream's torch.compile, whose per-step gain over 40 steps of ~30 s is not measured yet.
     return {"gpus": gpus, "parallel_mode": mode, "parallel_degree": degree, "vae_patch_parallel": vae_patch,
-            "offload": "none", "fp8": False, "vae_tiling": False, "cache_backend": "none", "compile": True,
+            "offload": "none", "fp8": False, "vae_tiling": False, "cache_backend": "none", "compile": compile,
             "keep_alive_minutes": 0, "auto_fallback": True}
 
 
@@ -85,12 +93,33 @@ def _local_template(note: str, model: str, serving: dict, prompt: str, seed: int
     return {"nodes": nodes, "links": links}
 
 
+LIGHTX2V_HIGH = "wan2.2_t2v_lightx2v_4steps_lora_v1.1_high_noise.safetensors"
+LIGHTX2V_LOW = "wan2.2_t2v_lightx2v_4steps_lora_v1.1_low_noise.safetensors"
+
+
+def _distill_lora_template(note: str, model: str, serving: dict, prompt: str, seed: int, prefix: str) -> dict:
+    """A14B with a 4-step distill LoRA pair: one LoRA node per expert between Load Model and Local
+    Server, and Generate at 4 steps, guidance 1 on both experts, Euler."""
+    template = _local_template(note, model, serving, prompt, seed, prefix, with_image=False)
+    template["nodes"] += [
+        {"key": "lora_high", "type": "VLLMOmniLora", "pos": [530, 500], "size": [300, 130],
+         "widgets": {"lora_name": LIGHTX2V_HIGH, "strength": 1.0, "expert": "high_noise"}},
+        {"key": "lora_low", "type": "VLLMOmniLora", "pos": [530, 680], "size": [300, 130],
+         "widgets": {"lora_name": LIGHTX2V_LOW, "strength": 1.0, "expert": "low_noise"}},
+    ]
+    generate = next(n for n in template["nodes"] if n["key"] == "generate")
+    generate["widgets"].update(steps=4, guidance=1.0, guidance_2=1.0, sampler="euler")
+    template["links"] = [link for link in template["links"] if link[0] != "model"] + [
+        ["model", "model", "lora_high", "model"], ["lora_high", "model", "lora_low", "model"],
+        ["lora_low", "model", "server", "model"]]
+    return template
+
+
 TEMPLATES: dict[str, dict] = {
     "wan22_ti2v_5b_text_to_video": _local_template(
         "Wan2.2 TI2V-5B: text to video on one GPU\n\n"
-        "Needs: one NVIDIA GPU with 24 GB or more. Serving config 'auto' lets the memory planner pick the "
-        "fastest setup that fits (on a 24 GB card: layerwise offload + VAE tiling, slower; 48 GB or more runs "
-        "without offload). Model download: Wan-AI/Wan2.2-TI2V-5B-Diffusers, about 23 GB.\n\n"
+        "Needs: one NVIDIA GPU with 24 GB or more. " + TI2V_PLAN + " Model download: "
+        "Wan-AI/Wan2.2-TI2V-5B-Diffusers, about 23 GB.\n\n"
         + RECOMMENDED + ": 1280x704, 121 frames at 24 fps, 50 steps. Sizes must be multiples of 32, frames 4k+1.\n\n"
         + SETUP,
         TI2V, _serving("auto", "auto"),
@@ -98,7 +127,7 @@ TEMPLATES: dict[str, dict] = {
         "slow tracking shot, cinematic", 42, "video/wan22_ti2v_5b", with_image=False),
     "wan22_ti2v_5b_image_to_video": _local_template(
         "Wan2.2 TI2V-5B: image to video on one GPU\n\n"
-        "Needs: one NVIDIA GPU with 24 GB or more ('auto' plans offload/tiling to fit). Model download: "
+        "Needs: one NVIDIA GPU with 24 GB or more. " + TI2V_PLAN + " Model download: "
         "Wan-AI/Wan2.2-TI2V-5B-Diffusers, about 23 GB.\n\n"
         "Load image uses example.png from ComfyUI's input folder: upload your own start frame there. "
         "The prompt describes the motion.\n\n"
@@ -108,24 +137,36 @@ TEMPLATES: dict[str, dict] = {
         "blue sky, clouds drifting by, simple crayon animation", 42, "video/wan22_ti2v_5b_i2v", with_image=True),
     "wan22_t2v_a14b_2gpu_ulysses": _local_template(
         "Wan2.2 T2V-A14B: text to video on two GPUs (Ulysses sequence parallel)\n\n"
-        "Needs: two NVIDIA GPUs with 80 GB or more each, NVLink recommended: planned peak about 74 GiB per "
+        "Needs: two NVIDIA GPUs with 80 GB or more each, NVLink recommended: planned peak about 72 GiB per "
         "GPU at 832x480, 81 frames. Serving: gpus count=2, ulysses degree 2, "
         "VAE patch parallel 2; auto fallback steps down (offload/tiling) on out-of-memory. Model download: "
         "Wan-AI/Wan2.2-T2V-A14B-Diffusers, about 65 GB.\n\n"
         + RECOMMENDED + ": 832x480, 81 frames at 16 fps, 40 steps. Sizes must be multiples of 16.\n\n" + SETUP,
-        T2V, _serving("count=2", "ulysses", 2, 2),
+        T2V, _serving("count=2", "ulysses", 2, 2, compile=True),
         "A paper boat drifting down a rain-soaked city street at night, neon reflections rippling on the "
         "water, low camera angle, shallow depth of field", 42, "video/wan22_t2v_a14b", with_image=False),
     "wan22_i2v_a14b_2gpu_cfg": _local_template(
         "Wan2.2 I2V-A14B: image to video on two GPUs (CFG parallel)\n\n"
         "Needs: two NVIDIA GPUs with 80 GB or more each; CFG parallel runs the positive and negative prompt "
-        "on one GPU each and works well without NVLink. Planned peak about 76 GiB per GPU at 832x480, "
+        "on one GPU each and works well without NVLink. Planned peak about 74 GiB per GPU at 832x480, "
         "81 frames. Model download: Wan-AI/Wan2.2-I2V-A14B-Diffusers, about 65 GB.\n\n"
         "I2V-A14B needs a start image: Load image uses example.png from ComfyUI's input folder.\n\n"
         + RECOMMENDED + ": 832x480, 81 frames at 16 fps, 40 steps.\n\n" + SETUP,
-        I2V, _serving("count=2", "cfg", 2, 2),
+        I2V, _serving("count=2", "cfg", 2, 2, compile=True),
         "A hand-drawn cartoon girl with big yellow hair waves her arms and dances on a green hill under a "
         "blue sky, clouds drifting by, simple crayon animation", 42, "video/wan22_i2v_a14b", with_image=True),
+    "wan22_t2v_a14b_4step_lora": _distill_lora_template(
+        "Wan2.2 A14B 4-step LoRA: text to video in 4 steps with a distill LoRA pair (lightx2v)\n\n"
+        "Needs: vLLM-Omni 0.30 (fuses single-file LoRAs at startup) and two NVIDIA GPUs with 80 GB or more "
+        "each: planned peak about 72 GiB per GPU at 832x480, 81 frames. Put the two LoRA files (high-noise and "
+        "low-noise) in ComfyUI/models/loras and pick them in the two LoRA nodes. They are fused into the "
+        "server when it starts (strength 1.0): changing one restarts the server. Model download: "
+        "Wan-AI/Wan2.2-T2V-A14B-Diffusers, about 65 GB.\n\n"
+        "Distill settings: 4 steps, guidance 1 on both experts (no CFG, so CFG parallel would do nothing: "
+        "the two GPUs run Ulysses sequence parallel), sampler euler. Sizes must be multiples of 16.\n\n" + SETUP,
+        T2V, _serving("count=2", "ulysses", 2, 2),
+        "A paper boat drifting down a rain-soaked city street at night, neon reflections rippling on the "
+        "water, low camera angle, shallow depth of field", 42, "video/wan22_t2v_a14b_4step"),
     "remote_server": {
         "nodes": [
             {"key": "note", "type": "Note", "pos": [40, 40], "size": [440, 300], "widgets": {"text": (
@@ -133,9 +174,11 @@ TEMPLATES: dict[str, dict] = {
                 "Uses a vLLM-Omni server that already runs elsewhere, e.g. started on the GPU machine with "
                 "python -m vllm_omni_launcher serve --model Wan-AI/Wan2.2-TI2V-5B-Diffusers --host 0.0.0.0 "
                 "--port 8091 --api-key-file server.key\n"
-                "This machine needs no GPU. Set the URL (no /v1) and the model family the server runs.\n\n"
-                "API key: never in the workflow. It comes from this machine's launcher config "
-                "(remote_api_keys in vllm_omni_launcher.json) or VLLM_OMNI_LAUNCHER_REMOTE_API_KEY.\n\n"
+                "This machine needs no GPU. Pick a server your launcher config names in remote_server, or set "
+                "the URL (no /v1); set the model family the server runs.\n\n"
+                "API key: never in the workflow. It comes from this machine's launcher config (remote_servers in "
+                "vllm_omni_launcher.json, or VLLM_OMNI_LAUNCHER_REMOTE_URL with VLLM_OMNI_LAUNCHER_REMOTE_API_KEY) "
+                "and is sent only to the origin configured with it, never to a URL a workflow chose.\n\n"
                 + RECOMMENDED + " of the family chosen in Remote server.")}},
             {"key": "server", "type": "VLLMOmniRemoteServer", "pos": [40, 390], "size": [440, 90],
              "widgets": {"url": "http://127.0.0.1:8091", "model_family": "ti2v_5b"}},

@@ -1,15 +1,30 @@
 """Contract-test fixtures: the session's shared server processes.
 
-* ``stub_pool``: one :class:`stubserver.StubPool` (the stubs of ``shared_stubs.py``), each
-  stub started when a test first asks for it;
-* ``upstream_resolver``: one :class:`stubserver.Resolver` (vLLM's parser and config
-  resolution in one long-lived process).
+Fixtures for any contract test (new test files too):
 
-Each is ended right after the last test of the session that uses it (directly or through
-another fixture), and the modules that use one run one after the other (their order
-otherwise unchanged), so these processes never sit idle while the rest of the suite runs:
-an idle stub still costs about a tenth of a core (upstream's orchestrator polls every
-millisecond) and a gigabyte of memory.  Under pytest-xdist each worker has its own.
+* ``stub_pool``: one :class:`stubserver.StubPool` of the stubs named in ``shared_stubs.py``
+  (``T2V_KEYED``, ``I2V_SPLIT``, ``TI2V_OFFLOAD``), each started when a test first asks for
+  it: ``with stub_pool.lease(shared_stubs.TI2V_OFFLOAD) as (stub,): ...``.  Use it whenever
+  a test only sends requests and leaves the server as it found it; start your own
+  (``stubserver.run_stub``) only for a fault knob or to end the process.
+* ``upstream_resolver``: one :class:`stubserver.Resolver` (vLLM's parser and config
+  resolution in one long-lived process): ``upstream_resolver.resolve(cases)``.
+* ``server_env_python`` (tests/conftest.py): the server python; skips, saying so, when the
+  server environment is not configured (for tests outside tests/contract).
+
+Each process is ended right after the last test of the session that uses it (directly or
+through another fixture), and the modules that use one run one after the other (their
+order otherwise unchanged), so these processes never sit idle while the rest of the suite
+runs: an idle stub costs a gigabyte of memory (and, were it not stopped between leases,
+about a tenth of a core: upstream's orchestrator polls every millisecond).
+
+Under pytest-xdist (tests/run.sh runs ``-n 2 --dist loadgroup``) every worker is its own
+session, so the tests that share a process must run in one worker: the tests that use a
+shared process, or a module-scoped fixture (e.g. a module's own server), get one
+``xdist_group`` per connected set (a module whose fixture leases the pool joins the pool's
+group), which ``tests/xdist_groups.py`` sends to one worker as a whole.  Everything else
+spreads over the workers test by test.  A new test file needs nothing for this: using
+``stub_pool`` (or a module-scoped fixture) is what puts its tests in a group.
 """
 from __future__ import annotations
 
@@ -22,6 +37,7 @@ import stubserver
 
 SHARED = ("stub_pool", "upstream_resolver")   # session fixtures that own a process
 _CLOSE: dict[str, Callable[[], None]] = {}    # the open ones: fixture name -> close
+_WIDE_SCOPES = ("module", "class", "package")  # fixtures that outlive one test: one worker runs their users
 
 
 @pytest.fixture(scope="session")
@@ -51,8 +67,38 @@ def _uses(item: pytest.Item, name: str) -> bool:
     return name in getattr(item, "fixturenames", ())
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Move the modules that use a shared process next to the first one that does."""
+def _shared_resources(item: pytest.Item) -> list[str]:
+    """What ``item`` shares with other tests: the shared processes it uses, and its module
+    when it uses a fixture that lives longer than one test."""
+    resources = [name for name in SHARED if _uses(item, name)]
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in (info.name2fixturedefs.values() if info is not None else ()):
+        if any(d.scope in _WIDE_SCOPES for d in defs):
+            resources.append("module " + item.nodeid.split("::", 1)[0])
+            break
+    return resources
+
+
+def _xdist_groups(items: list[pytest.Item]) -> dict[pytest.Item, str]:
+    """One group name per connected set of tests that share a resource (union-find)."""
+    parent: dict[str, str] = {}
+
+    def root(r: str) -> str:
+        while parent.setdefault(r, r) != r:
+            r = parent[r]
+        return r
+
+    uses = {item: _shared_resources(item) for item in items}
+    for resources in uses.values():
+        for other in resources[1:]:
+            parent[root(other)] = root(resources[0])
+    return {item: "shared " + root(resources[0]) for item, resources in uses.items() if resources}
+
+
+@pytest.hookimpl(tryfirst=True)   # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Move the modules that use a shared process next to the first one that does; under
+    pytest-xdist, put the tests that share a process or a module fixture in one group."""
     for name in SHARED:
         modules = {item.path for item in items if _uses(item, name)}
         first = next((i for i, item in enumerate(items) if item.path in modules), None)
@@ -60,6 +106,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             continue
         tail = items[first:]
         items[first:] = [i for i in tail if i.path in modules] + [i for i in tail if i.path not in modules]
+    if config.pluginmanager.hasplugin("xdist"):
+        for item, group in _xdist_groups(items).items():
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.hookimpl(trylast=True)

@@ -30,6 +30,7 @@ import pytest
 import requests
 
 import stubserver
+from stubserver import wait_for
 
 from vllm_omni_launcher.server import failures, process_group, registry, state_file
 from vllm_omni_launcher.server.failures import ServerFailure
@@ -52,17 +53,6 @@ def make_config(data_dir: Path, *, hang_timeout_s: float = 120.0, port: Optional
 
 def spec_for(gpus: Optional[tuple[int, ...]] = (0,), **changes: Any) -> LaunchSpec:
     return LaunchSpec(model=TI2V, gpus=gpus, **changes)
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for: {what}")
-        time.sleep(interval)
 
 
 def stub_pids(data_dir: Path) -> list[int]:

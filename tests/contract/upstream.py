@@ -131,12 +131,38 @@ def _install_sigterm_cleanup() -> None:
         signal.signal(signal.SIGTERM, handler)
 
 
+def _compute_package_index_once() -> None:
+    """Make ``importlib.metadata.packages_distributions()`` compute its answer once per process.
+
+    transformers and diffusers each call it while they are imported, and each call stats
+    every file of every installed distribution (about 2 s on a small CI box, so 4 s of
+    every stub start).  The installed packages do not change while the process runs, so
+    the second caller gets the same mapping (its own copy) without the second scan.  Only
+    the standard library's bookkeeping is cached: upstream code runs unchanged.
+    """
+    import importlib.metadata
+
+    compute = importlib.metadata.packages_distributions
+    if getattr(compute, "_computed_once", False):
+        return
+    answer: dict[str, list[str]] = {}
+
+    def packages_distributions() -> dict[str, list[str]]:
+        if not answer:
+            answer.update(compute())
+        return {name: list(dists) for name, dists in answer.items()}
+
+    packages_distributions._computed_once = True  # type: ignore[attr-defined]
+    importlib.metadata.packages_distributions = packages_distributions
+
+
 def prepare_process_env() -> str:
     """Environment for the fixture Hub; must run before vllm/huggingface_hub import.
 
     Returns the private Hugging Face hub cache directory (its ``HF_HOME`` is deleted at
     exit), so fixture downloads never touch the user's cache and no token is sent.
     """
+    _compute_package_index_once()
     sweep_stale_temp_dirs()
     _install_sigterm_cleanup()
     home = make_temp_dir("hf")
@@ -456,6 +482,9 @@ def summarize_od_config(od_config: Any, devices: list[str], missing: list[str] |
         "enforce_eager": getattr(od_config, "enforce_eager", None),
         "boundary_ratio": getattr(od_config, "boundary_ratio", None),
         "flow_shift": getattr(od_config, "flow_shift", None),
+        "lora_path": plain(getattr(od_config, "lora_path", None)),
+        "lora_backend": plain(getattr(od_config, "lora_backend", None)),
+        "lora_scale": getattr(od_config, "lora_scale", None),
         "dtype": plain(getattr(od_config, "dtype", None)),
         "max_num_seqs": getattr(od_config, "max_num_seqs", None),
         "distributed_executor_backend": plain(getattr(od_config, "distributed_executor_backend", None)),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Literal, Optional
+from typing import Literal, Optional, get_type_hints
 
 import pytest
 
@@ -28,9 +28,11 @@ def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
 
 def test_every_spec_setting_is_declared_with_help():
     names = {s.name for s in SETTINGS}
-    nested = {f.name for cls in (ParallelConfig, MemoryConfig, RuntimeConfig) for f in dataclasses.fields(cls)}
-    top = {f.name for f in dataclasses.fields(LaunchSpec)} - {"parallel", "memory", "runtime"}
-    assert names == nested | top
+    hints = get_type_hints(LaunchSpec)
+    groups = [f.name for f in dataclasses.fields(LaunchSpec) if dataclasses.is_dataclass(hints[f.name])]
+    nested = {f.name for g in groups for f in dataclasses.fields(hints[g])}
+    top = {f.name for f in dataclasses.fields(LaunchSpec)} - set(groups)
+    assert {"parallel", "memory", "runtime"} <= set(groups) and names == nested | top
     assert all(s.help for s in SETTINGS)
 
 

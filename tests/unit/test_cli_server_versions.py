@@ -51,8 +51,21 @@ def test_a_mismatched_pair_is_refused_before_anything_starts(tmp_path, config_en
     config_env(_command(root))
     assert main(argv) == 1
     err = capsys.readouterr().err
-    assert "vLLM 0.26.0 and vLLM-Omni 0.30.0 do not match" in err and "create_server_env.sh" in err
+    assert "vLLM 0.26.0 and vLLM-Omni 0.30.0 do not match" in err and "python -m vllm_omni_launcher setup" in err
     assert not (root / "started").exists()
+
+
+def test_generate_with_only_a_prompt_names_its_model_then_refuses_the_pair(tmp_path, config_env, capsys,
+                                                                           monkeypatch):
+    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB", "24")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    root = _server_env(tmp_path, "0.26.0", "0.30.0")
+    config_env(_command(root))
+    monkeypatch.chdir(tmp_path)
+    assert main(["generate", "--prompt", "a fox"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"model: {TI2V} (auto: ") and "vLLM 0.26.0 and vLLM-Omni 0.30.0 do not match" in err
+    assert not (root / "started").exists() and not list(tmp_path.glob("*.mp4"))
 
 
 def test_a_missing_vllm_omni_is_refused(tmp_path, config_env, capsys):

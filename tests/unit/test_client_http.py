@@ -28,14 +28,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
 import frame_code  # noqa: E402
 
-from vllm_omni_launcher.client.api import (  # noqa: E402
-    Deadlines,
-    GenerationCancelled,
-    JobUpdate,
-    RetryPolicy,
-    VideoClient,
-    VideoRequest,
-)
+from vllm_omni_launcher.client.api import Deadlines, RetryPolicy, VideoClient, VideoRequest  # noqa: E402
+from vllm_omni_launcher.client.job_results import GenerationCancelled, JobUpdate  # noqa: E402
 from vllm_omni_launcher.client.http_errors import FIELD_SETTINGS  # noqa: E402
 from vllm_omni_launcher.errors import LauncherError  # noqa: E402
 

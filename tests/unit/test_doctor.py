@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from vllm_omni_launcher.planner import doctor as doctor_mod
-from vllm_omni_launcher.planner.doctor import PROBLEM, UNCHECKED, WARNING, run_doctor
+from vllm_omni_launcher.planner.doctor import run_doctor
+from vllm_omni_launcher.planner.doctor_report import PROBLEM, UNCHECKED, WARNING
 from vllm_omni_launcher.planner.gpus import GIB, query_gpus
 from vllm_omni_launcher.server.local_config import LocalConfig
 

@@ -46,3 +46,14 @@ def test_without_a_launch_key_there_is_no_api_key_at_all() -> None:
 def test_reserved_names_are_refused_case_insensitively() -> None:
     assert not is_inherited("vllm_omni_launcher_remote_api_key") and not is_inherited("Vllm_Api_Key")
     assert is_inherited("VLLM_OMNI_STUB_STEP_S") and not is_inherited("PYTHONPATH")
+
+
+def test_comfyuis_async_allocator_choice_does_not_reach_the_server() -> None:
+    # ComfyUI's cuda_malloc.py appends this to its own process's allocator config; the server keeps
+    # torch's native allocator, and the user's own options.
+    alone = server_environment({"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}, LocalConfig(), {})
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in alone
+    appended = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,backend:cudaMallocAsync"}
+    assert server_environment(appended, LocalConfig(), {})["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    wanted = LocalConfig(extra_env={"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"})
+    assert server_environment(appended, wanted, {})["PYTORCH_CUDA_ALLOC_CONF"] == "backend:cudaMallocAsync"

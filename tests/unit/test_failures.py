@@ -15,7 +15,7 @@ TRACEBACK = ["Traceback (most recent call last):", '  File "x.py", line 1, in <m
 CASES = [
     # (last log line, ever_ready, kind, setting, words the user must see)
     ("--omni flag requires a valid instance of vllm-omni to be installed.", False, failures.OMNI_MISSING,
-     "server_env", ["not installed", "create_server_env.sh"]),
+     "server_env", ["not installed", "python -m vllm_omni_launcher setup"]),
     ("ValueError: Stage 0 requires 2 device(s) based on parallel_config, but 1 device(s) are available: [0]",
      False, failures.DEVICES, "parallel_degree", ["needs 2 GPU(s)", "only 1"]),
     ("ValueError: Access to model Wan-AI/Wan2.2-T2V-A14B-Diffusers is restricted. You must have access to it",
@@ -33,7 +33,7 @@ CASES = [
     ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error",
      False, failures.NCCL, "parallel_mode", ["NCCL", "NCCL_NVLS_ENABLE=0"]),
     ("ModuleNotFoundError: No module named 'diffusers'", False, failures.IMPORT_ERROR, "server_env",
-     ["No module named 'diffusers'", "create_server_env.sh"]),
+     ["No module named 'diffusers'", "python -m vllm_omni_launcher setup"]),
     ("ImportError: cannot import name 'Foo' from 'vllm.bar'", False, failures.IMPORT_ERROR, "server_env",
      ["cannot import name"]),
     ("vllm serve: error: unrecognized arguments: --model-type wan2_2", False, failures.BAD_ARGS, "extra_flags",

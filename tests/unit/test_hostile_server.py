@@ -20,7 +20,8 @@ import pytest
 
 import hostile_server as hs
 from vllm_omni_launcher.client.abortable import WORKER_NAME
-from vllm_omni_launcher.client.api import Deadlines, GenerationCancelled, RetryPolicy, VideoClient, VideoRequest
+from vllm_omni_launcher.client.api import Deadlines, RetryPolicy, VideoClient, VideoRequest
+from vllm_omni_launcher.client.job_results import GenerationCancelled
 from vllm_omni_launcher.errors import LauncherError
 
 JOB = "video_gen_1"

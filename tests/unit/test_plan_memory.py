@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_omni_launcher.planner.memory import CALIBRATION, RequestShape, plan
+from vllm_omni_launcher.planner.calibration import CALIBRATION
+from vllm_omni_launcher.planner.memory import RequestShape, plan
 from vllm_omni_launcher.planner.model_sizes import builtin_sizes, model_sizes
 from vllm_omni_launcher.models import FAMILIES
 from vllm_omni_launcher.server.spec import LaunchSpec, MemoryConfig, ParallelConfig, RuntimeConfig

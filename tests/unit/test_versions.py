@@ -32,7 +32,7 @@ def test_probe_reads_installed_versions_of_a_real_interpreter():
 def test_bad_server_environments_are_refused_with_the_fix(found, message, setting):
     with pytest.raises(LauncherError) as err:
         found.check()
-    assert message in str(err.value) and err.value.setting == setting and "create_server_env.sh" in err.value.fix
+    assert message in str(err.value) and err.value.setting == setting and "python -m vllm_omni_launcher setup" in err.value.fix
 
 
 def test_supported_pairs_pass_and_give_the_flag_version():

@@ -39,7 +39,7 @@ import stubserver
 from vllm_omni_launcher import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
 from vllm_omni_launcher.models import FAMILIES, check_request, family_for
 from vllm_omni_launcher.nodes.handles import ModelChoice, ServingChoice
-from vllm_omni_launcher.nodes.serving import GPU_MEMORY_ENV, resolve_spec
+from vllm_omni_launcher.planner.launch_plan import GPU_MEMORY_ENV
 from vllm_omni_launcher.server.local_config import LocalConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ RELEASED = Path(__file__).resolve().parent / "released_workflows"
 
 EXPECTED_TEMPLATES = {
     "wan22_ti2v_5b_text_to_video", "wan22_ti2v_5b_image_to_video", "wan22_t2v_a14b_2gpu_ulysses",
-    "wan22_i2v_a14b_2gpu_cfg", "remote_server",
+    "wan22_i2v_a14b_2gpu_cfg", "remote_server", "wan22_t2v_a14b_4step_lora",
 }
 TEMPLATES = sorted(p.stem for p in WORKFLOWS.glob("*.json"))
 
@@ -130,9 +130,21 @@ def _make_def(node_type: str, display: str, input_types: dict, outputs: tuple, c
     return NodeDef(node_type, display, inputs, tuple(outputs), cls, widgets)
 
 
+# Our combos whose options are files of the user's machine (unknown here: any file name, like FILE).
+MACHINE_LISTS = {("VLLMOmniLora", "lora_name")}
+
+
+def _machine_lists(node_type: str, input_types: dict) -> dict:
+    for section in input_types.values():
+        for name in section:
+            if (node_type, name) in MACHINE_LISTS:
+                section[name] = ("FILE", section[name][1])
+    return input_types
+
+
 def node_defs() -> dict[str, NodeDef]:
-    defs = {node_type: _make_def(node_type, NODE_DISPLAY_NAME_MAPPINGS[node_type], cls.INPUT_TYPES(),
-                                 tuple(cls.RETURN_TYPES), cls)
+    defs = {node_type: _make_def(node_type, NODE_DISPLAY_NAME_MAPPINGS[node_type],
+                                 _machine_lists(node_type, cls.INPUT_TYPES()), tuple(cls.RETURN_TYPES), cls)
             for node_type, cls in NODE_CLASS_MAPPINGS.items()}
     for node_type, core in CORE_NODES.items():
         defs[node_type] = _make_def(node_type, core["display"], core["input"], core["outputs"], None)
@@ -269,7 +281,7 @@ def defs() -> dict[str, NodeDef]:
 
 
 # --------------------------------------------------------------------------- the shipped set
-def test_the_shipped_templates_are_the_five_documented_ones_each_with_an_api_twin():
+def test_the_shipped_templates_are_the_documented_ones_each_with_an_api_twin():
     assert set(TEMPLATES) == EXPECTED_TEMPLATES
     assert {p.name for p in API_DIR.glob("*.json")} == {f"{n}.api.json" for n in EXPECTED_TEMPLATES}
 
@@ -434,11 +446,15 @@ LOCAL_TEMPLATES = {   # template -> (GPU memory its Note asks for, expected para
     "wan22_ti2v_5b_image_to_video": ("24", None),
     "wan22_t2v_a14b_2gpu_ulysses": ("80,80", ("ulysses", 2, 2, (0, 1))),
     "wan22_i2v_a14b_2gpu_cfg": ("80,80", ("cfg", 2, 2, (0, 1))),
+    "wan22_t2v_a14b_4step_lora": ("80,80", ("ulysses", 2, 2, (0, 1))),
 }
 
 
-# the launcher checks the server environment's vllm / vllm-omni pair: use the stub's (0.30)
-STUB_CONFIG = LocalConfig(server_command=(stubserver.server_python(), stubserver.STUB_SCRIPT))
+@pytest.fixture
+def stub_config(server_env_python: str) -> LocalConfig:
+    """The launcher checks the server environment's vllm / vllm-omni pair: use the stub's (0.30).
+    Without the server environment the test is skipped, saying so."""
+    return LocalConfig(server_command=(server_env_python, stubserver.STUB_SCRIPT))
 
 
 def _template_choices(name: str, defs: dict[str, NodeDef]) -> tuple[Any, Any]:
@@ -454,12 +470,12 @@ def _note(name: str) -> str:
 
 
 @pytest.mark.parametrize("name", sorted(LOCAL_TEMPLATES))
-def test_template_serving_config_resolves_to_a_valid_launch_spec(name, defs, monkeypatch):
+def test_template_serving_config_resolves_to_a_valid_launch_spec(name, defs, stub_config, monkeypatch):
     memory, layout = LOCAL_TEMPLATES[name]
     monkeypatch.setenv(GPU_MEMORY_ENV, memory)
     model, serving = _template_choices(name, defs)
     assert isinstance(model, ModelChoice) and isinstance(serving, ServingChoice)
-    plan = resolve_spec(model, serving, STUB_CONFIG)
+    plan = serving.resolve(model.model, stub_config)
     spec = plan.spec
     assert spec.validate(visible_gpus=len(memory.split(","))) == []      # no warnings either
     assert plan.fallback is not None, "auto_fallback is on in every template"
@@ -475,9 +491,9 @@ def test_template_serving_config_resolves_to_a_valid_launch_spec(name, defs, mon
 # The TI2V templates serve with 'auto': what the planner picks for their defaults (Generate's widgets
 # are all 0) on the machines their Note describes, and the Note's words for each.
 TI2V_PLANS = [   # ((GPU GiB, free system RAM GiB), planner's choice, frames it reduces the default to, Note)
-    ((24, 24), "1 GPU + module offload + VAE tiling", None, "on a 24 GB card module CPU offload + VAE tiling"),
-    ((24, 23), "1 GPU + layerwise offload + VAE tiling", 113,
-     "with less, layerwise offload + VAE tiling at up to 113 frames"),
+    ((24, 64), "1 GPU + layerwise offload + VAE tiling", None, "on a 24 GB card layerwise offload + VAE tiling"),
+    ((24, 14), "1 GPU + layerwise offload + VAE tiling", None, "it needs about 14 GB of free system RAM"),
+    ((16, 64), "1 GPU + layerwise offload + VAE tiling", 25, "on smaller cards it lowers the frame count"),
     ((48, 64), "1 GPU, no offload + VAE tiling", None, "on 48 GB no offload + VAE tiling"),
     ((80, 64), "1 GPU, no offload", None, "on 80 GB neither"),
 ]
@@ -490,7 +506,7 @@ def test_ti2v_note_says_what_the_planner_picks_for_the_template_defaults(name, m
     from vllm_omni_launcher.server.spec import LaunchSpec
 
     note = _note(name)
-    assert words in note and "about 24 GB of free system RAM" in note      # the 24 / 23 GiB boundary
+    assert words in note and "about 14 GB of free system RAM" in note      # layerwise keeps the DiT in host RAM
     model, serving = _template_choices(name, defs)
     assert serving.parallel_mode == "auto" and serving.gpus == "auto"
     gpu, ram = machine
@@ -500,13 +516,14 @@ def test_ti2v_note_says_what_the_planner_picks_for_the_template_defaults(name, m
     assert rec.asked.label() == "1280x704x121" and "1280x704, 121 frames" in note
 
 
-@pytest.mark.parametrize("name", ["wan22_t2v_a14b_2gpu_ulysses", "wan22_i2v_a14b_2gpu_cfg"])
-def test_a14b_note_states_the_planned_peak_of_its_serving_config(name, defs, monkeypatch):
+@pytest.mark.parametrize("name", ["wan22_t2v_a14b_2gpu_ulysses", "wan22_i2v_a14b_2gpu_cfg",
+                                  "wan22_t2v_a14b_4step_lora"])
+def test_a14b_note_states_the_planned_peak_of_its_serving_config(name, defs, stub_config, monkeypatch):
     from vllm_omni_launcher.planner.memory import plan as memory_plan
 
     monkeypatch.setenv(GPU_MEMORY_ENV, "80,80")
     model, serving = _template_choices(name, defs)
-    spec = resolve_spec(model, serving, STUB_CONFIG).spec
+    spec = serving.resolve(model.model, stub_config).spec
     estimate = memory_plan(spec, None, [80, 80], host_available_gib=None)
     note = _note(name)
     peak = re.search(r"planned peak about (\d+) GiB per GPU", note, re.I)
@@ -514,18 +531,18 @@ def test_a14b_note_states_the_planned_peak_of_its_serving_config(name, defs, mon
     assert abs(estimate.peak_gib - int(peak[1])) <= 1.0, (estimate.peak_gib, peak[0])
 
 
-def test_a_plan_that_reduces_the_default_request_says_generate_applies_it(defs, monkeypatch):
+def test_a_plan_that_reduces_the_default_request_says_generate_applies_it(defs, stub_config, monkeypatch):
     from vllm_omni_launcher.planner import ladder
 
     real = ladder.recommend
-    monkeypatch.setattr("vllm_omni_launcher.nodes.serving.recommend",
-                        lambda base, **kw: real(base, host_available_gib=16, **kw))   # little free RAM
-    monkeypatch.setenv(GPU_MEMORY_ENV, "24")
+    monkeypatch.setattr("vllm_omni_launcher.planner.launch_plan.recommend",
+                        lambda base, **kw: real(base, host_available_gib=64, **kw))
+    monkeypatch.setenv(GPU_MEMORY_ENV, "16")                                                   # a small card
     model, serving = _template_choices("wan22_ti2v_5b_text_to_video", defs)
-    plan = resolve_spec(model, serving, STUB_CONFIG)
-    assert (plan.limit.width, plan.limit.height, plan.limit.frames) == (1280, 704, 113)
-    assert "request reduced: 1280x704x121 -> 1280x704x113" in plan.text
-    assert "Generate Video uses 1280x704x113 where its width, height and frames are 0" in plan.text
+    plan = serving.resolve(model.model, stub_config)
+    assert (plan.limit.width, plan.limit.height, plan.limit.frames) == (1280, 704, 25)
+    assert "request reduced: 1280x704x121 -> 1280x704x25" in plan.text
+    assert "Generate Video uses 1280x704x25 where its width, height and frames are 0" in plan.text
     assert not re.search(r"not [^\n]*: *$", plan.text, re.M), "a rejected configuration without a reason"
 
 
@@ -679,11 +696,11 @@ class StandInExecutor:
 TINY = {"width": 64, "height": 64, "frames": 5, "steps": 2}   # TI2V-5B: sizes x32, frames 4k+1
 
 
-def test_ti2v_text_to_video_template_runs_end_to_end_on_the_stub_server(defs, tmp_path, monkeypatch):
+def test_ti2v_text_to_video_template_runs_end_to_end_on_the_stub_server(defs, server_env_python, tmp_path,
+                                                                         monkeypatch):
     from vllm_omni_launcher.server import registry
 
-    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_SERVER_CMD", shlex.join([stubserver.server_python(),
-                                                                     stubserver.STUB_SCRIPT]))
+    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_SERVER_CMD", shlex.join([server_env_python, stubserver.STUB_SCRIPT]))
     monkeypatch.setenv(GPU_MEMORY_ENV, "24")        # the GPU the template's Note asks for
     monkeypatch.setenv("VLLM_OMNI_STUB_STEP_S", "0.02")
     prompt = load(api_path("wan22_ti2v_5b_text_to_video"))

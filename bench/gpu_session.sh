@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Device-side phases of the issue-15 GPU session (one H200, no registry, no network).
+# Each phase is one `run` call, self-contained (it starts ComfyUI / the server and stops them),
+# well under 600 s, and writes a JSON report part + logs to $OUT/<phase>/.
+#
+#   bash bench/gpu_session.sh receive NN   move .kit/pNN (carried) into $KIT/pieces (nothing else)
+#   bash bench/gpu_session.sh setup        assemble + install as a user would (idempotent; A runs it)
+#   bash bench/gpu_session.sh A [CHECKS]   setup, then the ComfyUI checks (default t2v,cached,i2v)
+#   bash bench/gpu_session.sh A2           setup, then cancel + SIGKILL checks (eager server)
+#   bash bench/gpu_session.sh B            planner calibration + overhead (Supervisor + client)
+#   bash bench/gpu_session.sh cpu          the CPU rehearsal of A + A2 here (stub server)
+#
+# setup: pieces -> $KIT/{wheels,comfy-wheels,comfyui,gpu-kit}; server venv = image python -m venv
+# + zz_image.pth (the image python is itself a venv, so --system-site-packages would not see its
+# torch) + the 48 kit wheels; ComfyUI venv = the same + ComfyUI's missing wheels + av (from the
+# kit) for our package; the repo linked into custom_nodes; the full-size random-weight TI2V-5B
+# (make_fullsize_ti2v.py, ~23 GB, ~1 min on the GPU) in <base>/models/diffusers/ti2v-5b-fullsize.
+# Environment: KIT (default /tmp/kit), OUT (the device's $OUT), IMAGE_PY (default /opt/torch/.venv/bin/python3),
+# DEADLINE_S (seconds the driver may use), DRIVER_ARGS (more driver options, e.g. "--eager --steps 4"),
+# B_ARGS (more calibration options, e.g. "--only tiling_module"), NO_LORA=1 (B without the LoRA check).
+set -euo pipefail
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
+KIT="${KIT:-/tmp/kit}"
+OUT="${OUT:-/tmp/gpu-session-out}"
+IMAGE_PY="${IMAGE_PY:-/opt/torch/.venv/bin/python3}"
+SERVER_ENV="$KIT/server-env"
+COMFY_ENV="$KIT/comfy-env"
+BASE="$KIT/comfy-base"
+MODEL=ti2v-5b-fullsize
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 HF_HUB_OFFLINE=1
+export PYTHONUNBUFFERED=1
+phase="${1:?phase: receive NN | setup | A | A2 | B | cpu}"
+
+stamp() { echo "[$(date +%T)] $*"; }
+
+make_venv() {   # make_venv DIR WHEEL...: image python venv that also sees the image's packages
+  local dir="$1"; shift
+  "$IMAGE_PY" -m venv "$dir"
+  local site; site="$("$dir/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  "$IMAGE_PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > "$site/zz_image.pth"
+  "$dir/bin/python" -m pip install -q --no-index --no-deps --no-compile "$@"
+}
+
+launcher_env() {   # the launcher's local settings for ComfyUI's process (never the workflow)
+  local config="$KIT/launcher-config.json"
+  printf '{"extra_env": {"HF_HUB_OFFLINE": "1", "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}, "startup_timeout_s": 900}\n' > "$config"
+  printf '{"VLLM_OMNI_LAUNCHER_SERVER_ENV": "%s", "VLLM_OMNI_LAUNCHER_CONFIG": "%s"}\n' "$SERVER_ENV" "$config" \
+    > "$KIT/launcher-env.json"
+}
+
+setup() {
+  local t0=$SECONDS log="$OUT/setup.log"
+  mkdir -p "$OUT"
+  {
+    if [ ! -f "$KIT/.unpacked" ]; then
+      stamp "unpack $(ls "$KIT"/pieces | wc -l) pieces"
+      (cd "$KIT" && cat pieces/p[0-9][0-9] | tar x)
+      rm -rf "$KIT/pieces"; touch "$KIT/.unpacked"
+    fi
+    if [ ! -x "$SERVER_ENV/bin/vllm" ]; then
+      stamp "server venv"; make_venv "$SERVER_ENV" "$KIT"/wheels/*.whl
+    fi
+    if [ ! -f "$COMFY_ENV/.done" ]; then
+      stamp "ComfyUI venv"   # + from the server kit: av (our package) and pydantic (ComfyUI's pyproject parser)
+      make_venv "$COMFY_ENV" "$KIT"/comfy-wheels/*.whl "$KIT"/wheels/{av,pydantic,pydantic_core,pydantic_settings,annotated_types,typing_inspection,python_dotenv}-[0-9]*.whl
+      touch "$COMFY_ENV/.done"
+    fi
+    mkdir -p "$BASE/models/diffusers" "$BASE/custom_nodes"
+    if [ ! -f "$BASE/models/diffusers/$MODEL/.done" ]; then
+      stamp "full-size TI2V-5B"
+      "$SERVER_ENV/bin/python" "$KIT/gpu-kit/make_fullsize_ti2v.py" "$KIT/gpu-kit/models/tiny-wan22-ti2v" \
+        "$BASE/models/diffusers/$MODEL"
+      touch "$BASE/models/diffusers/$MODEL/.done"
+    fi
+    launcher_env
+    "$SERVER_ENV/bin/python" -c 'import vllm, vllm_omni, torch; print("vllm", vllm.__version__, "vllm-omni", vllm_omni.__version__, "torch", torch.__version__, torch.cuda.is_available())'
+    "$COMFY_ENV/bin/python" -c 'import av, torchsde, alembic, sqlalchemy, pynvml; print("comfy env ok, av", av.__version__)'
+    stamp "setup done in $((SECONDS - t0)) s"
+  } 2>&1 | tee -a "$log"
+}
+
+driver() {   # driver OUTDIR ARGS...: the ComfyUI driver under ComfyUI's python
+  local out="$1"; shift
+  "$COMFY_ENV/bin/python" "$REPO/bench/gpu_comfyui_e2e.py" --comfy-dir "$KIT/comfyui" --python "$COMFY_ENV/bin/python" \
+    --base "$BASE" --model-folder "$MODEL" --launcher-env "$KIT/launcher-env.json" --out "$out" "$@" ${DRIVER_ARGS:-} 2>&1 \
+    | tee "$out.log"
+}
+
+case "$phase" in
+  receive)
+    n="${2:?receive NN}"; mkdir -p "$KIT/pieces"; mv "$REPO/.kit/p$n" "$KIT/pieces/"; ls -la "$KIT/pieces" ;;
+  setup) setup ;;
+  A)
+    setup; nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+    driver "$OUT/A" --checks "${2:-t2v,cached,i2v}" --deadline-s "${DEADLINE_S:-$((560 - SECONDS))}" ;;
+  A2)
+    setup; driver "$OUT/A2" --eager --checks "${2:-cancel,kill}" --deadline-s "${DEADLINE_S:-$((560 - SECONDS))}" ;;
+  B)
+    setup; mkdir -p "$OUT/B"
+    if [ -f "$REPO/bench/lora_gpu_check.py" ] && [ -z "${NO_LORA:-}" ]; then   # the LoRA helper's check on the tiny model (~90 s), first
+      timeout 200 "$SERVER_ENV/bin/python" "$REPO/bench/lora_gpu_check.py" --models "$KIT/gpu-kit/models" \
+        --out "$OUT/B/lora.json" --data-dir "$KIT/lora-data" 2>&1 | tee "$OUT/B/lora.log" || true
+    fi
+    "$SERVER_ENV/bin/python" "$REPO/bench/gpu_e2e.py" --fullsize "$BASE/models/diffusers/$MODEL" \
+      --out "$OUT/B/calibration.json" --data-dir "$KIT/b-data" --deadline-s "${DEADLINE_S:-$((550 - SECONDS))}" ${B_ARGS:-} \
+      2>&1 | tee "$OUT/B/calibration.log" || true ;;
+  cpu)   # rehearsal here: real ComfyUI on CPU, the stub server as the server command
+    : "${VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON:?set it to the stub server python (.venv-server/bin/python)}"
+    COMFY_SRC="${COMFY_SRC:-/work/comfyui-src}"; COMFY_PY="${COMFY_PY:-/work/comfyui-venv/bin/python}"
+    CPU_BASE="${CPU_BASE:-/tmp/gpu-e2e-cpu}"; rm -rf "$CPU_BASE"; mkdir -p "$CPU_BASE/models/diffusers" "$OUT"
+    cp -r "${GPU_KIT:?set GPU_KIT to the GPU kit folder}/models/tiny-wan22-ti2v" "$CPU_BASE/models/diffusers/tiny-ti2v"
+    chmod -R u+w "$CPU_BASE"
+    printf '{"VLLM_OMNI_LAUNCHER_SERVER_CMD": "%s %s", "VLLM_OMNI_LAUNCHER_CONFIG": "%s", "VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB": "141", "VLLM_OMNI_STUB_STEP_S": "%s"}\n' \
+      "$VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON" "$REPO/tests/contract/stub_vllm_serve.py" "$CPU_BASE/no-config.json" \
+      "${STUB_STEP_S:-0.2}" > "$CPU_BASE/launcher-env.json"
+    "$COMFY_PY" "$REPO/bench/gpu_comfyui_e2e.py" --cpu --comfy-dir "$COMFY_SRC" --python "$COMFY_PY" --base "$CPU_BASE" \
+      --model-folder tiny-ti2v --launcher-env "$CPU_BASE/launcher-env.json" --out "$OUT/cpu" \
+      --width "${W:-256}" --height "${H:-160}" --frames "${F:-9}" --steps "${S:-4}" --cancel-steps 60 \
+      --checks "${2:-t2v,cached,i2v,cancel,kill}" --deadline-s 900 2>&1 | tee "$OUT/cpu.log" ;;
+  *) echo "unknown phase $phase" >&2; exit 2 ;;
+esac

@@ -1,0 +1,325 @@
+"""Our overhead around the GPU, per job: client wall time minus the server's inference_time_s.
+
+`inference_time_s` is the server's own task time (engine, VAE decode, MP4 encode, saving the
+file); everything else a user waits for is ours or HTTP's: submit, noticing completion
+(polling), the /content download and the MP4 -> IMAGE decode. Each job is run through our
+VideoClient exactly as the Generate Video node runs it, and reported with that split.
+
+Levers measured in the same run (not assumed):
+- poll modes: `fixed` (a poll every 0.25 s) against `due` (FAST_POLL_S polls once the
+  supervisor's log shows the last denoise step; against a --url server: once the job has run
+  90% of what the previous job of that shape took, the remote rule of nodes/progress.py);
+- decode levers on each job's own MP4 bytes: decode_mp4 as shipped, its serial conversion
+  (workers=0), PyAV decode alone, decode + rgb24, the float32 write alone, and the PyAV
+  thread modes; and whether the MP4's index (moov) comes before its data (only then could
+  decoding start while bytes arrive).
+
+Servers (the first two are launched and stopped by our Supervisor, as Local Server does):
+    python bench/overhead_bench.py                                   # CPU: the stub server
+    python bench/overhead_bench.py --model DIR [--gpus 0] [--server-cmd CMD]     # the real server
+    python bench/overhead_bench.py --url http://127.0.0.1:8091 [--api-key-env VAR]
+Common: --shapes 832x480x49,1280x704x121 --steps 4 --repeat 3 --poll-modes fixed,due.
+The stub needs VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON (the server venv's python).
+
+JSON on stdout (one object: per-job rows, per shape and mode medians, levers); progress on stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import os
+import platform
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+STUB_MODEL = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
+DEFAULT_SHAPES = "832x480x49,1280x704x121"
+VLLM_MAIN = ("import sys; from vllm.entrypoints.cli.main import main; "
+             "sys.argv[0] = 'vllm'; sys.exit(main())")
+PASS_ENV = ("PYTHONPATH", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
+
+
+def say(*parts: Any) -> None:
+    print(*parts, file=sys.stderr, flush=True)
+
+
+def import_package() -> None:
+    """Make the repo importable as `vllm_omni_launcher` (a GPU box may not have it installed)."""
+    try:
+        import vllm_omni_launcher  # noqa: F401
+        return
+    except ImportError:
+        pass
+    shim = Path(tempfile.gettempdir()) / "vllm_omni_launcher_bench_shim"
+    shim.mkdir(exist_ok=True)
+    link = shim / "vllm_omni_launcher"
+    if not link.exists():
+        link.symlink_to(ROOT)
+    sys.path.insert(0, str(shim))
+
+
+def parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    shapes = []
+    for item in text.split(","):
+        w, h, f = (int(x) for x in item.lower().split("x"))
+        shapes.append((w, h, f))
+    return shapes
+
+
+def median(values: list[float]) -> Optional[float]:
+    values = [v for v in values if v is not None]
+    return round(statistics.median(values), 4) if values else None
+
+
+# ----------------------------------------------------------------------------- the server
+class Target:
+    """Where jobs go: url, key, server version, and (for a supervised server) its progress."""
+
+    def __init__(self, url: str, api_key: Optional[str], version: tuple[int, int], served: Optional[str],
+                 progress: Optional[Callable[[], Any]] = None, stop: Optional[Callable[[], None]] = None,
+                 info: Optional[dict[str, Any]] = None) -> None:
+        self.url, self.api_key, self.version, self.served = url, api_key, version, served
+        self.progress, self.stop, self.info = progress, stop, info or {}
+
+
+def supervised(model: str, server_cmd: list[str], extra_env: dict[str, str], gpus: tuple[int, ...]) -> Target:
+    from vllm_omni_launcher.server.local_config import LocalConfig
+    from vllm_omni_launcher.server.spec import LaunchSpec, RuntimeConfig
+    from vllm_omni_launcher.server.supervisor import Supervisor
+
+    spec = LaunchSpec(model, gpus=gpus, runtime=RuntimeConfig(enforce_eager=True))
+    spec.validate()
+    data_dir = tempfile.mkdtemp(prefix="vllm-omni-overhead-")
+    config = LocalConfig(server_command=tuple(server_cmd), data_dir=data_dir, extra_env=extra_env,
+                         startup_timeout_s=900)
+    sup = Supervisor(spec, config)
+    t0 = time.monotonic()
+    say(f"starting {model} with our supervisor ({' '.join(server_cmd[:2])} ...)")
+    sup.start(on_status=lambda st: say(f"  [{st.phase}] {st.text}"))
+    ready_s = round(time.monotonic() - t0, 2)
+    return Target(sup.url or "", sup.api_key, sup.server_version, spec.served_name, sup.progress, sup.stop,
+                  {"mode": "supervised", "model": model, "ready_s": ready_s, "flags": spec.flags(),
+                   "server_version": ".".join(map(str, sup.server_version))})
+
+
+def remote(url: str, api_key_env: Optional[str]) -> Target:
+    from vllm_omni_launcher.client.api import VideoClient
+
+    key = os.environ.get(api_key_env) if api_key_env else None
+    with VideoClient(url, api_key=key) as client:
+        names = client.models()
+    return Target(url.rstrip("/"), key, (0, 30), names[0] if names else None, info={"mode": "url", "url": url})
+
+
+# ----------------------------------------------------------------------------- one job
+def run_job(target: Target, shape: tuple[int, int, int], steps: int, fps: float, seed: int, mode: str,
+            estimates: dict[tuple[int, int, int], float]) -> tuple[dict[str, Any], bytes, Any]:
+    from vllm_omni_launcher.client.api import VideoClient, VideoRequest
+    from vllm_omni_launcher.nodes import progress as node_progress
+
+    width, height, frames = shape
+    req = VideoRequest("a red fox running through snow", width=width, height=height, num_frames=frames,
+                       fps=fps, steps=steps, seed=seed)
+    due: Optional[Callable[[], bool]] = None
+    running = {"s": 0.0}
+    if mode == "due" and target.progress is not None:
+        last = target.progress()
+        floor = last.run_id if last is not None else -1
+        due = lambda: (lambda p: p is not None and p.denoised_after(floor))(target.progress())  # noqa: E731
+    elif mode == "due" and shape in estimates:
+        due = lambda: node_progress.remote_due(running["s"], estimates[shape])  # noqa: E731
+
+    def on_update(update: Any) -> None:
+        running["s"] = update.running_s
+
+    with VideoClient(target.url, api_key=target.api_key, served_name=target.served,
+                     server_version=target.version) as client:
+        result = client.generate(req, on_update=on_update, due=due)
+    t = result.timings
+    video = result.video
+    inference = t.get("server_inference")
+    row = {
+        "shape": f"{width}x{height}x{frames}", "steps": steps, "poll_mode": mode, "due_rule_used": due is not None,
+        "wall_s": round(t["decoded"], 4), "inference_time_s": None if inference is None else round(inference, 4),
+        "overhead_s": None if inference is None else round(t["decoded"] - inference, 4),
+        "submit_s": round(t["submit"], 4),
+        "detect_s": None if inference is None else round(t["job_done"] - t["submit"] - inference, 4),
+        "download_s": round(t["downloaded"] - t["job_done"], 4),
+        "decode_s": round(t["decoded"] - t["downloaded"], 4),
+        "queued_s": round(t.get("queued", 0.0), 4), "running_s": round(t.get("running", 0.0), 4),
+        "mp4_bytes": len(result.mp4), "mp4_sha256": hashlib.sha256(result.mp4).hexdigest()[:16],
+        "frames_shape": list(video.frames.shape), "dtype": str(video.frames.dtype), "fps": video.fps,
+        "value_range": [round(float(video.frames.min()), 4), round(float(video.frames.max()), 4)],
+    }
+    estimates[shape] = t.get("running", 0.0)
+    return row, result.mp4, req
+
+
+# ----------------------------------------------------------------------------- decode levers
+def moov_before_mdat(data: bytes) -> Optional[bool]:
+    """True when the MP4's index precedes its media data (a "faststart" file)."""
+    pos = 0
+    while pos + 8 <= len(data):
+        size = int.from_bytes(data[pos:pos + 4], "big")
+        kind = data[pos + 4:pos + 8]
+        if kind in (b"moov", b"mdat"):
+            return kind == b"moov"
+        if size == 1 and pos + 16 <= len(data):
+            size = int.from_bytes(data[pos + 8:pos + 16], "big")
+        if size < 8:
+            return None
+        pos += size
+    return None
+
+
+def _pyav_pass(data: bytes, thread_type: str, convert: Optional[str]) -> int:
+    import av
+
+    count = 0
+    with av.open(io.BytesIO(data)) as container:
+        stream = container.streams.video[0]
+        stream.thread_type = thread_type
+        stream.codec_context.thread_count = 0
+        for frame in container.decode(stream):
+            if convert is not None:
+                frame.to_ndarray(format=convert)
+            count += 1
+    return count
+
+
+def _float_write(shape: tuple[int, ...]) -> None:
+    """The float32 write of a whole clip into fresh memory (page faults included), serial."""
+    src = np.full(shape[1:], 128, np.uint8)
+    out = np.empty(shape, np.float32)
+    scale = np.float32(1 / 255)
+    for i in range(shape[0]):
+        np.multiply(src, scale, out=out[i])
+
+
+def levers(data: bytes, req: Any, repeat: int) -> dict[str, Any]:
+    import inspect
+
+    from vllm_omni_launcher.client.frames import decode_mp4
+
+    bounds = req.bounds()
+    video = decode_mp4(data, bounds=bounds)
+    shape = video.frames.shape
+    del video
+    cases: dict[str, Callable[[], Any]] = {
+        "decode_mp4": lambda: decode_mp4(data, bounds=bounds),
+        "pyav_decode_only_auto": lambda: _pyav_pass(data, "AUTO", None),
+        "pyav_decode_only_slice": lambda: _pyav_pass(data, "SLICE", None),
+        "pyav_decode_rgb24_auto": lambda: _pyav_pass(data, "AUTO", "rgb24"),
+        "float32_write_only": lambda: _float_write(shape),
+    }
+    if "workers" in inspect.signature(decode_mp4).parameters:
+        cases["decode_mp4_serial_convert"] = lambda: decode_mp4(data, bounds=bounds, workers=0)
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(repeat):               # interleaved, so drift hits every case alike
+        for name, fn in cases.items():
+            t = time.perf_counter()
+            result = fn()
+            times[name].append(time.perf_counter() - t)
+            del result
+    out: dict[str, Any] = {"moov_before_mdat": moov_before_mdat(data), "cpus": os.cpu_count(),
+                           "median_s": {k: median(v) for k, v in times.items()}}
+    ours = out["median_s"]["decode_mp4"]
+    if "decode_mp4_serial_convert" in out["median_s"] and ours:
+        out["serial_over_shipped"] = round(out["median_s"]["decode_mp4_serial_convert"] / ours, 3)
+    floor = out["median_s"]["pyav_decode_rgb24_auto"]
+    if floor and ours:
+        out["shipped_over_decode_rgb24"] = round(ours / floor, 3)
+    return out
+
+
+# ----------------------------------------------------------------------------- main
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--url", help="a running vLLM-Omni server (not started or stopped here)")
+    where.add_argument("--server-cmd", help="the server program our Supervisor launches (with --model)")
+    parser.add_argument("--model", default=None,
+                        help="launch the real server for this model folder (program: --server-cmd, default this "
+                             "python running vllm's CLI main); without --model and --url: the stub server")
+    parser.add_argument("--gpus", default="0", help="GPUs for a launched server, e.g. 0 or 0,1")
+    parser.add_argument("--api-key-env", default=None, help="environment variable holding the --url server's key")
+    parser.add_argument("--shapes", default=DEFAULT_SHAPES, help="WxHxF list")
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--fps", type=float, default=24.0)
+    parser.add_argument("--repeat", type=int, default=3, help="measured jobs per shape and poll mode")
+    parser.add_argument("--warmup", type=int, default=1, help="unmeasured jobs per shape first")
+    parser.add_argument("--poll-modes", default="fixed,due")
+    parser.add_argument("--lever-repeat", type=int, default=3, help="runs per decode lever (0: skip levers)")
+    parser.add_argument("--stub-step-s", type=float, default=0.05, help="stub only: seconds per denoise step")
+    args = parser.parse_args()
+
+    import_package()
+    shapes = parse_shapes(args.shapes)
+    modes = [m for m in args.poll_modes.split(",") if m]
+    if args.url:
+        target = remote(args.url, args.api_key_env)
+    elif args.server_cmd or args.model:
+        if not args.model:
+            parser.error("--server-cmd needs --model")
+        server_cmd = shlex.split(args.server_cmd) if args.server_cmd else [sys.executable, "-c", VLLM_MAIN]
+        extra_env = {"HF_HUB_OFFLINE": "1", **{k: os.environ[k] for k in PASS_ENV if os.environ.get(k)}}
+        target = supervised(args.model, server_cmd, extra_env, tuple(int(g) for g in args.gpus.split(",")))
+    else:
+        sys.path.insert(0, str(ROOT / "tests" / "contract"))
+        import stubserver
+
+        target = supervised(STUB_MODEL, [stubserver.server_python(), stubserver.STUB_SCRIPT],
+                            {"VLLM_OMNI_STUB_STEP_S": str(args.stub_step_s)}, (0,))
+        target.info["stub_step_s"] = args.stub_step_s
+
+    report: dict[str, Any] = {
+        "bench": "overhead", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": " ".join(sys.argv), "server": target.info, "steps": args.steps,
+        "env": {"python": platform.python_version(), "numpy": np.__version__, "cpus": os.cpu_count(),
+                "machine": platform.machine()},
+        "jobs": [], "summary": [], "levers": {},
+    }
+    estimates: dict[tuple[int, int, int], float] = {}
+    try:
+        seed = 1
+        for shape in shapes:
+            for _ in range(args.warmup):
+                run_job(target, shape, args.steps, args.fps, seed, "fixed", estimates)
+                seed += 1
+            lever_input: Optional[tuple[bytes, Any]] = None
+            for _ in range(args.repeat):
+                for mode in modes:             # interleaved, so drift hits both modes alike
+                    row, mp4, req = run_job(target, shape, args.steps, args.fps, seed, mode, estimates)
+                    seed += 1
+                    report["jobs"].append(row)
+                    lever_input = lever_input or (mp4, req)
+                    say(f"{row['shape']} {mode:>5}: wall {row['wall_s']:.3f} s, inference "
+                        f"{row['inference_time_s']} s, overhead {row['overhead_s']} s (detect {row['detect_s']}, "
+                        f"download {row['download_s']}, decode {row['decode_s']})")
+            for mode in modes:
+                rows = [r for r in report["jobs"] if r["shape"] == "x".join(map(str, shape)) and r["poll_mode"] == mode]
+                report["summary"].append({"shape": rows[0]["shape"], "poll_mode": mode, "jobs": len(rows), **{
+                    f"median_{k}": median([r[k] for r in rows])
+                    for k in ("wall_s", "inference_time_s", "overhead_s", "submit_s", "detect_s", "download_s",
+                              "decode_s")}})
+            if args.lever_repeat > 0 and lever_input is not None:
+                report["levers"]["x".join(map(str, shape))] = levers(*lever_input, args.lever_repeat)
+    finally:
+        if target.stop is not None:
+            target.stop()
+    print(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

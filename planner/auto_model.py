@@ -1,0 +1,68 @@
+"""Which Wan2.2 model to serve when the user names none (`generate --prompt "..."` alone).
+
+The shortest command should give a video soon on whatever machine it runs on, so the rule
+weighs what a first run costs: a 65 GB download (A14B) or a 23 GB one (TI2V-5B), and whether
+the model fits this machine's GPUs at its default request. In order:
+
+1. a text-to-video model already in the Hugging Face cache that fits: T2V-A14B (the better
+   quality) before TI2V-5B, since nothing has to be downloaded;
+2. TI2V-5B: the smallest download, and it fits one 24 GB GPU;
+3. without GPU sizes (no NVML, no VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB) nothing can be planned,
+   so TI2V-5B, the model most machines run.
+
+The answer comes with its reason in words, which the command prints before it starts.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from ..models import FAMILIES
+from ..server.hf_cache import has_snapshot
+from ..server.local_config import LocalConfig
+from ..server.spec import LaunchSpec
+from .ladder import recommend
+
+_QUALITY_ORDER = ("t2v_a14b", "ti2v_5b")    # text-to-video models, better quality first
+_DOWNLOAD_GB = {"t2v_a14b": 65, "ti2v_5b": 23}   # bf16 weights, as the README states
+FALLBACK = "ti2v_5b"
+
+
+@dataclass(frozen=True)
+class ModelPick:
+    """The model to serve and why, in a sentence."""
+
+    model: str              # an HF id
+    why: str
+
+
+def pick_model(config: LocalConfig, gpu_sizes: list[float], gpu_source: str) -> ModelPick:
+    """The model for this machine: `gpu_sizes` (GiB each, [] when unknown) from `gpu_source`."""
+    ti2v = FAMILIES[FALLBACK]
+    if not gpu_sizes:
+        return ModelPick(ti2v.hf_id, f"{gpu_source}, so nothing can be planned: {ti2v.label} is the smallest "
+                                     f"text-to-video model (about {_DOWNLOAD_GB[FALLBACK]} GB to download, one "
+                                     "24 GB GPU is enough)")
+    env = {**os.environ, **config.extra_env}        # HF_HOME / HF_HUB_CACHE as the server sees them
+    fits = {key: _fits(FAMILIES[key].hf_id, gpu_sizes) for key in _QUALITY_ORDER}
+    gpus = " + ".join(f"{size:g}" for size in gpu_sizes) + " GiB"
+    for key in _QUALITY_ORDER:
+        family = FAMILIES[key]
+        if fits[key] and has_snapshot(family.hf_id, env):
+            return ModelPick(family.hf_id, f"it is already downloaded and fits these GPUs ({gpus}) at its "
+                                           f"default {family.width}x{family.height}x{family.frames}")
+    if fits[FALLBACK]:
+        why = (f"it fits these GPUs ({gpus}) and is the smallest download (about {_DOWNLOAD_GB[FALLBACK]} GB; "
+               f"T2V-A14B is about {_DOWNLOAD_GB['t2v_a14b']} GB"
+               + (", and it fits too: pass --model Wan-AI/Wan2.2-T2V-A14B-Diffusers for it)" if fits["t2v_a14b"]
+                  else ")"))
+    else:
+        why = (f"no Wan2.2 model fits these GPUs ({gpus}) at its default request; {ti2v.label} comes closest "
+               "and the planner reduces the request to what fits")
+    return ModelPick(ti2v.hf_id, why)
+
+
+def _fits(model: str, gpu_sizes: list[float]) -> bool:
+    """Whether some configuration runs `model`'s default request on these GPUs unreduced."""
+    rec = recommend(LaunchSpec(model=model), gpus=gpu_sizes)
+    return rec.spec is not None and not rec.reduced

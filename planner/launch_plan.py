@@ -1,0 +1,196 @@
+"""Resolve a launch: what the user chose -> a validated LaunchSpec, the plan, the OOM step-down, the limit.
+
+`resolve_launch()` is the one way every launch path turns choices into something to start:
+the Local Server node (through `ServingChoice.resolve`, from the Serving Config widgets) and
+the CLI's `argv`, `serve` and `generate` (from the launch options). It
+
+- selects the GPUs (`auto`, `all`, ids, or `count=N` = the first N visible);
+- for `auto`, asks the memory planner for the fastest configuration that fits the GPUs this
+  machine shows (NVML, or VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB where NVML cannot see them);
+- checks the server environment's vllm / vllm-omni pair (`versions.checked_server_version`),
+  whose version the extra flags are validated against, then validates the spec;
+- wires the planner's step-down ladder as the supervisor's fallback, so an out-of-memory
+  failure is retried one rung leaner;
+- carries the request limit: when even the leanest configuration does not fit the model's
+  default request, the planner names a smaller one that does, and `RequestLimit.apply` uses
+  it wherever the request asks for the model's value (0 or unset). A value the user set is
+  never changed.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Literal, Optional
+
+from ..errors import LauncherError, SpecError
+from ..server import versions
+from ..server.flags import Version
+from ..server.local_config import LocalConfig
+from ..server.settings import like, setting
+from ..server.spec import (CacheBackend, LaunchSpec, MemoryConfig, OffloadMode, ParallelConfig, ParallelMode,
+                           RuntimeConfig, parse_gpus)
+from .gpus import parse_gpu_memory, query_gpus, visible_indices
+from .ladder import recommend
+from .step_down import step_down
+
+Fallback = Callable[[LaunchSpec, str], Optional[tuple[LaunchSpec, str]]]
+GPU_MEMORY_ENV = "VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB"   # for machines where NVML cannot see the GPUs
+AutoParallelMode = Literal["auto", ParallelMode]       # "auto": the memory planner decides
+
+
+@dataclass(frozen=True)
+class RequestLimit:
+    """The largest request the serving plan fits when the model's defaults do not (planner reduced it)."""
+
+    width: int
+    height: int
+    frames: int
+    note: str                          # what the planner said, for the Generate node's text
+
+    def apply(self, values: dict[str, Any]) -> tuple[dict[str, Any], str]:
+        """`values` (request keywords) with the plan's size where both width and height ask for the
+        model's (0 / None) and its frames where frames do; and a note naming what changed ("" if nothing)."""
+        changed = dict(values)
+        if not values.get("width") and not values.get("height"):
+            changed.update(width=self.width, height=self.height)
+        if not values.get("frames"):
+            changed["frames"] = self.frames
+        names = [k for k in ("width", "height", "frames") if changed.get(k) != values.get(k)]
+        if not names:
+            return values, ""
+        return changed, f"{', '.join(names)} from the serving plan ({self.note})"
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What to launch, what to tell the user about it, and how to step down on OOM."""
+
+    spec: LaunchSpec
+    text: str                          # the planner's recommendation ("" when not planned)
+    fallback: Optional[Fallback]
+    limit: Optional[RequestLimit] = None
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ServingChoice:
+    """How to serve a model: the Serving Config node's widgets, in widget order (saved workflows
+    store them by position, so names, order and values never change), before GPUs are resolved.
+
+    Settings the launch spec also has are declared `like()` its fields; the rest are the
+    serving choice's own: the `auto` mode, GPU selection by count, fp8 as a switch, compile
+    (the opposite of enforce_eager), keep-alive and the OOM fallback.
+    """
+
+    gpus: str = setting("auto", "auto (the planner picks from the visible GPUs), all, GPU ids like 0 or 0,1, "
+                                "or count=2 (the first 2 visible)")
+    parallel_mode: AutoParallelMode = setting(
+        "auto", "one multi-GPU mode: cfg (2 GPUs, CFG on; best without NVLink), ulysses (speed), tensor/hsdp "
+        "(memory), ring; none = one GPU; auto = the memory planner decides (and the settings below are its "
+        "starting point)")
+    parallel_degree: int = like(ParallelConfig, "degree", default=2, min=1, max=8, note="ignored for auto and none")
+    vae_patch_parallel: int = like(ParallelConfig, "vae_patch", min=1, max=8, note="1 = off")
+    offload: OffloadMode = like(MemoryConfig, "offload")
+    fp8: bool = setting(False, "FP8 DiT weights (quantization fp8; not validated upstream for Wan2.2); with "
+                               "auto, lets the planner use it, last")
+    vae_tiling: bool = like(MemoryConfig, "vae_tiling")
+    cache_backend: CacheBackend = like(RuntimeConfig, "cache_backend")
+    compile: bool = setting(True, "torch.compile (upstream's default): a much slower start for slightly faster "
+                                  "steps (one H200, TI2V-5B 1280x704x121: ready in ~127 s compiled vs ~40 s eager "
+                                  "at 2.30-2.42 vs 2.42 s per step: it pays back only after hundreds of steps); "
+                                  "off = enforce_eager")
+    keep_alive_minutes: int = setting(0, "stop the server after this many idle minutes to free the GPUs "
+                                         "(0 = keep it running); the next job starts it again", min=0, max=1440)
+    auto_fallback: bool = setting(True, "on out-of-memory, step down to a leaner configuration and retry by itself")
+
+    def base_spec(self, model: str, config: LocalConfig) -> LaunchSpec:
+        """The explicit settings as a spec (for `auto`, the planner's starting point)."""
+        auto = self.parallel_mode == "auto"
+        parallel = ParallelConfig() if auto else ParallelConfig(
+            mode=self.parallel_mode, degree=1 if self.parallel_mode == "none" else self.parallel_degree,
+            vae_patch=self.vae_patch_parallel)
+        return LaunchSpec(
+            model=model, parallel=parallel,
+            memory=MemoryConfig(offload=self.offload, quantization="fp8" if self.fp8 else "none",
+                                vae_tiling=self.vae_tiling),
+            runtime=RuntimeConfig(cache_backend=self.cache_backend, enforce_eager=not self.compile),
+            host=config.host, port=config.port)
+
+    def resolve(self, model: str, config: LocalConfig) -> LaunchPlan:
+        """This choice for `model`, resolved (see `resolve_launch`)."""
+        return resolve_launch(self.base_spec(model, config), config, gpus=self.gpus,
+                              auto=self.parallel_mode == "auto", allow_fp8=self.fp8,
+                              auto_fallback=self.auto_fallback)
+
+
+def gpu_memory() -> tuple[list[int], list[float], str]:
+    """(visible GPU ids, GiB each, where that came from). The env override wins over NVML."""
+    if os.environ.get(GPU_MEMORY_ENV):
+        sizes = parse_gpu_memory(os.environ[GPU_MEMORY_ENV])
+        return list(range(len(sizes))), sizes, f"GPU memory from {GPU_MEMORY_ENV}"
+    gpus, reason = query_gpus()
+    if not gpus:
+        return [], [], f"no GPU information ({reason})"
+    visible = set(visible_indices(len(gpus)))
+    chosen = [g for g in gpus if g.index in visible]
+    return [g.index for g in chosen], [g.total_gib for g in chosen], "GPUs from NVML"
+
+
+def select_gpus(text: str, visible: list[int]) -> Optional[tuple[int, ...]]:
+    """auto / all / '' -> None (every visible GPU); '0,1' -> (0, 1); count=N -> the first N visible."""
+    text = text.strip().lower()
+    if not text.startswith("count="):
+        return parse_gpus(text)
+    try:
+        count = int(text.split("=", 1)[1])
+    except ValueError as exc:
+        raise SpecError(f"GPU count '{text}' is not a number", "expected count=N", "write e.g. count=2",
+                        setting="gpus") from exc
+    ids = visible or list(range(count))
+    if count > len(ids):
+        raise SpecError(f"{count} GPUs requested, {len(ids)} visible", "count=N takes the first N visible GPUs",
+                        f"use count={len(ids)} or fewer", setting="gpus")
+    return tuple(ids[:count])
+
+
+def resolve_launch(base: LaunchSpec, config: LocalConfig, *, gpus: str = "all", auto: bool = False,
+                   allow_fp8: bool = False, auto_fallback: bool = False,
+                   server_version: Optional[Version] = None) -> LaunchPlan:
+    """The validated spec for these choices, planned when `auto`.
+
+    base: the explicit settings (with `auto`, only its runtime, network and extra flags are kept).
+    gpus: the GPU selection text (`select_gpus`); `base.gpus` is replaced by it.
+    server_version: the version to validate against; None checks the server environment's pair
+    (refusing a missing or mismatched one before anything starts).
+    """
+    visible, sizes, source = gpu_memory()
+    base = replace(base, gpus=select_gpus(gpus, visible))
+    text = ""
+    limit: Optional[RequestLimit] = None
+    spec = base
+    if auto and sizes:
+        chosen = sizes if base.gpus is None else [sizes[visible.index(g)] for g in base.gpus if g in visible]
+        rec = recommend(base, gpus=chosen if os.environ.get(GPU_MEMORY_ENV) else None, allow_fp8=allow_fp8)
+        if rec.spec is None:
+            raise LauncherError("No serving configuration fits these GPUs", rec.reason,
+                                "use a smaller model (TI2V-5B), fewer frames or a smaller size, or more GPUs",
+                                setting="serving", raw=rec.text())
+        spec, text = rec.spec, rec.text()
+        if rec.reduced:
+            req = rec.request
+            limit = RequestLimit(req.width, req.height, req.frames,
+                                 f"the serving plan fits {req.label()}, not the model's {rec.asked.label()}")
+            text += (f"\nGenerate Video uses {req.label()} where its width, height and frames are 0; "
+                     "values you set are sent as they are")
+    elif auto:
+        text = f"auto: {source}; starting on one GPU without offload (the planner needs GPU memory sizes)"
+    version = versions.checked_server_version(config) if server_version is None else server_version
+    warnings = spec.validate(visible_gpus=len(visible) or None, version=version)
+
+    fallback: Optional[Fallback] = None
+    if auto_fallback and sizes:
+        def fallback(failed: LaunchSpec, kind: str) -> Optional[tuple[LaunchSpec, str]]:
+            ids = failed.gpus if failed.gpus is not None else tuple(visible)
+            mem = [sizes[visible.index(i)] for i in ids if i in visible] or sizes
+            return step_down(failed, "oom_load" if kind == "oom_load" else "oom", mem)
+    return LaunchPlan(spec, text, fallback, limit, warnings)

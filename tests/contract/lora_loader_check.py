@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Run the REAL vLLM-Omni 0.30 LoRA loaders on CPU against a tiny Wan2.2 transformer (server python).
+
+    python tests/contract/lora_loader_check.py MODEL_DIR OUT_DIR
+
+MODEL_DIR holds `transformer/config.json` (and `transformer_2/config.json` for A14B): the tiny
+random-weight Wan2.2 shapes (tests/contract/fixtures/lora/). The script builds vLLM-Omni's own
+`WanTransformer3DModel` for each expert from that config and loads it through its own
+load_weights() (random weights: only the module names and shapes matter), writes a ComfyUI-format LoRA per expert with bench/make_tiny_lora.py,
+and runs upstream's fused-at-startup path, `WanLoraLoaderMixin.load_lora_weights` (diffusers'
+Wan converter, vLLM-Omni's key remapping and its fusing into the parameters), recording which
+keys of each file were applied. One JSON line on stdout:
+
+    {"experts": {"transformer": {"keys": N, "applied": N, "unmatched": [], "changed": K}, ...}}
+
+The seams (there is no GPU): torch.distributed on gloo with world size 1, vLLM-Omni's parallel
+groups of size 1, and the attention backend, which an unspecified (CPU) platform cannot pick, set
+to upstream's own SDPA backend. Nothing of the loading code is replaced.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1] / "bench"))
+
+import torch  # noqa: E402
+
+from make_tiny_lora import make_comfy_lora  # noqa: E402
+
+SDPA = "vllm_omni.diffusion.attention.backends.sdpa.SDPABackend"
+_CONFIG: object = None
+
+
+def _single_process_groups() -> None:
+    from vllm.config import DeviceConfig, VllmConfig, set_current_vllm_config
+    from vllm_omni.diffusion.distributed.parallel_state import init_distributed_environment, initialize_model_parallel
+
+    global _CONFIG
+    _CONFIG = set_current_vllm_config(VllmConfig(device_config=DeviceConfig(device="cpu")))
+    _CONFIG.__enter__()        # kept open (and referenced) for the process's life
+    init = f"file://{tempfile.mktemp(prefix='lora-check-')}"
+    torch.distributed.init_process_group("gloo", init_method=init, world_size=1, rank=0)
+    init_distributed_environment(world_size=1, rank=0, local_rank=0, distributed_init_method=init, backend="gloo")
+    initialize_model_parallel(backend="gloo")
+    import vllm_omni.platforms as platforms
+
+    type(platforms.current_omni_platform).get_diffusion_attn_backend_cls = classmethod(lambda cls, *a, **k: SDPA)
+
+
+def _transformer(config_dir: Path) -> torch.nn.Module:
+    """vLLM-Omni's transformer for this config, loaded as the server loads it: its load_weights()
+    reads a Diffusers checkpoint (here diffusers' own model of the config, random weights) and
+    fuses self-attention q/k/v, which is also where it records the mapping the LoRA loader uses."""
+    from diffusers import WanTransformer3DModel as DiffusersWan
+    from vllm_omni.diffusion.models.wan2_2.wan2_2_transformer import WanTransformer3DModel
+
+    config = json.loads((config_dir / "config.json").read_text())
+    accepted = inspect.signature(WanTransformer3DModel.__init__).parameters
+    kwargs = {k: (tuple(v) if k == "patch_size" else v) for k, v in config.items() if k in accepted}
+    model = WanTransformer3DModel(**kwargs)
+    checkpoint = DiffusersWan.from_config(DiffusersWan.load_config(str(config_dir))).state_dict()
+    model.load_weights(iter(checkpoint.items()))
+    return model
+
+
+def main() -> int:
+    model_dir, out_dir = Path(sys.argv[1]), Path(sys.argv[2])
+    _single_process_groups()
+    from vllm_omni.diffusion.lora.loader import WanLoraLoaderMixin
+
+    experts = [e for e in ("transformer", "transformer_2") if (model_dir / e / "config.json").is_file()]
+    modules = {e: _transformer(model_dir / e) for e in experts}
+    files = [str(make_comfy_lora(model_dir, out_dir / f"{e}.safetensors", expert=e, seed=i))
+             for i, e in enumerate(experts)]
+
+    # The converter is looked up by the pipeline's class name, as for the real Wan22Pipeline.
+    def init(self: object) -> None:
+        for name, module in modules.items():
+            setattr(self, name, module)
+
+    pipeline = type("Wan22Pipeline", (WanLoraLoaderMixin,), {"has_transformer_2": len(experts) == 2,
+                                                            "__init__": init})()
+    applied: list[tuple[set[str], set[str]]] = []
+    real = WanLoraLoaderMixin.load_lora_into_module.__func__
+
+    def recording(cls: type, state_dict: dict, module: torch.nn.Module, **kwargs: object) -> set[str]:
+        keys = real(cls, state_dict, module, **kwargs)
+        applied.append((set(state_dict), set(keys)))
+        return keys
+
+    WanLoraLoaderMixin.load_lora_into_module = classmethod(recording)   # records, then calls upstream's
+    before = {e: {n: p.detach().clone() for n, p in m.named_parameters()} for e, m in modules.items()}
+    pipeline.load_lora_weights(files, adapter_name="check")
+    report = {}
+    for (expert, module), (keys, used) in zip(modules.items(), applied):
+        changed = sum(1 for n, p in module.named_parameters() if not torch.equal(before[expert][n], p.detach()))
+        report[expert] = {"keys": len(keys), "applied": len(used), "unmatched": sorted(keys - used),
+                          "changed": changed}
+    print(json.dumps({"experts": report}))
+    sys.stdout.flush()
+    os._exit(0)        # skip the process-group teardown (nothing to clean up in a one-shot check)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,124 @@
+"""The pure parts of the issue-15 GPU session driver (bench/gpu_comfyui_e2e.py): the API prompts it
+queues, how it reads ComfyUI's websocket events, /history outputs and the server log, and the
+report verdict. The driver itself is rehearsed end to end by `bash bench/gpu_session.sh cpu`."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import struct
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _driver():
+    spec = importlib.util.spec_from_file_location("gpu_comfyui_e2e", REPO / "bench" / "gpu_comfyui_e2e.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("gpu_comfyui_e2e", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+drv = _driver()
+
+
+def test_prompt_points_the_template_at_the_local_model_and_adds_probes():
+    template = drv.load_api(drv.T2V)
+    prompt = drv.build_prompt(template, "local/ti2v-5b", {"width": 1280, "height": 704, "frames": 121,
+                                                          "steps": 8, "seed": 7}, {"compile": False})
+    gen = drv.node_of(prompt, "VLLMOmniGenerateVideo")
+    assert prompt[drv.node_of(prompt, "VLLMOmniLoadModel")]["inputs"]["model"] == "local/ti2v-5b"
+    serving = prompt[drv.node_of(prompt, "VLLMOmniServingConfig")]["inputs"]
+    assert serving["compile"] is False and serving["gpus"] == "auto" and serving["parallel_mode"] == "auto"
+    assert {k: prompt[gen]["inputs"][k] for k in ("width", "height", "frames", "steps", "seed")} == \
+        {"width": 1280, "height": 704, "frames": 121, "steps": 8, "seed": 7}
+    assert prompt["90"] == {"class_type": "GetImageSize", "inputs": {"image": [gen, 0]}}
+    assert [prompt[n]["inputs"]["source"] for n in ("91", "92", "93", "94")] == \
+        [["90", 0], ["90", 1], ["90", 2], [gen, 1]]
+    assert prompt["96"]["class_type"] == "SaveImage" and prompt["96"]["inputs"]["images"] == ["95", 0]
+    assert template[gen]["inputs"]["width"] == 0, "the template itself is left unchanged"
+
+
+def test_i2v_prompt_keeps_the_start_image():
+    prompt = drv.build_prompt(drv.load_api(drv.I2V), "local/x", {"seed": 1}, probes=False)
+    image = prompt[drv.node_of(prompt, "VLLMOmniGenerateVideo")]["inputs"]["image"]
+    assert prompt[image[0]]["class_type"] == "LoadImage" and "90" not in prompt
+
+
+def test_probe_values_read_preview_any_text():
+    outputs = {"91": {"text": ["1280"]}, "92": {"text": ["704"]}, "93": {"text": ["121"]}, "94": {"text": ["24.0"]}}
+    assert drv.probe_values(outputs) == {"width": 1280.0, "height": 704.0, "batch": 121.0, "fps": 24.0}
+    assert drv.probe_values({"91": {"text": ["None"]}})["width"] is None
+
+
+def test_server_log_jobs_and_times():
+    log = ('(APIServer pid=9) INFO:     127.0.0.1:1 - "POST /v1/videos HTTP/1.1" 200 OK\n'
+           "(APIServer pid=9) INFO 11-30 [stats.py:874] | stage_gen_time_ms               | 538.299 |\n"
+           "(APIServer pid=9) INFO 11-30 [serving_video.py:347] Video response encoding (MP4 bytes): 21.92 ms\n"
+           '\x1b[32m(APIServer pid=9) INFO:     127.0.0.1:2 - "POST /v1/videos HTTP/1.1" 400 Bad\x1b[0m\n')
+    assert drv.count_jobs(log) == 2
+    assert drv.server_times(log) == [{"stage_gen_s": 0.538299, "mp4_encode_s": 0.02192, "server_s": 0.5602}]
+
+
+def test_websocket_events_summarized_per_node():
+    events = [
+        {"type": "text", "node": "5", "text": "Checking the request"},
+        {"type": "progress", "data": {"node": "5", "value": 1, "max": 8}},
+        {"type": "text", "node": "5", "text": "Step 1/8, 2s elapsed"},
+        {"type": "text", "node": "4", "text": "Ready"},
+        {"type": "progress", "data": {"node": "5", "value": 8, "max": 8}},
+        {"type": "text", "node": "5", "text": "Step 7/8, 17s elapsed"},
+        {"type": "text", "node": "5", "text": "Done: 121 frames 1280x704 at 24 fps in 30.1s"},
+    ]
+    got = drv.summarize_progress(events, "5")
+    assert got == {"progress_events": 2, "progress_last": [8, 8], "texts": 4, "first_text": "Checking the request",
+                   "last_text": "Done: 121 frames 1280x704 at 24 fps in 30.1s", "denoise_steps_seen": [1, 7]}
+
+
+def test_executed_and_cached_nodes_of_one_prompt():
+    events = [
+        {"type": "execution_cached", "data": {"prompt_id": "a", "nodes": ["2", "3", "4"]}},
+        {"type": "executing", "data": {"prompt_id": "a", "node": "5"}},
+        {"type": "executing", "data": {"prompt_id": "b", "node": "4"}},
+        {"type": "executing", "data": {"prompt_id": "a", "node": None}},
+    ]
+    assert drv.executed_nodes(events, "a") == (["5"], ["2", "3", "4"])
+
+
+def test_binary_text_event_decoded():
+    raw = struct.pack(">I", drv.TEXT_EVENT) + struct.pack(">I", 1) + b"5" + "Step 3/40".encode()
+    assert drv._binary_event(raw) == {"type": "text", "data": {}, "node": "5", "text": "Step 3/40"}
+    assert drv._binary_event(struct.pack(">I", 1) + b"\x00" * 8)["type"] == "binary1"
+
+
+def test_verdict_fails_on_a_failed_or_skipped_check():
+    ok = drv.verdict({"checks": {"t2v": {"ok": True}, "kill": {"ok": True}}})
+    assert ok["all_ok"] is True and ok["failed"] == []
+    bad = drv.verdict({"checks": {"t2v": {"ok": True}, "cancel": {"ok": False}}})
+    assert bad["all_ok"] is False and bad["failed"] == ["cancel"]
+    skipped = drv.verdict({"checks": {"t2v": {"ok": True}, "kill": {"ok": None, "skipped": "time"}}})
+    assert skipped["all_ok"] is False and skipped["failed"] == []
+    assert drv.verdict({"checks": {}})["all_ok"] is False
+    json.dumps(skipped)
+
+
+def test_arguments_default_to_the_issue_shape():
+    args = drv.parse_args(["--comfy-dir", "c", "--base", "b", "--model-folder", "m", "--out", "o"])
+    assert (args.width, args.height, args.frames, args.steps, args.expect_fps) == (1280, 704, 121, 8, 24.0)
+    assert args.checks == {"t2v", "cached", "i2v", "cancel", "kill"} and not args.cpu and not args.eager
+
+
+def test_server_env_var_reads_one_name_only():
+    import os
+    import subprocess
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
+                             env={**os.environ, "GPU_E2E_PROBE": "backend:cudaMallocAsync"})
+    try:
+        assert drv.server_env_var(child.pid, "GPU_E2E_PROBE") == "backend:cudaMallocAsync"
+        assert drv.server_env_var(child.pid, "GPU_E2E_PROBE_NOT_SET") is None
+    finally:
+        child.kill()
+        child.wait()
+    assert drv.server_env_var(child.pid, "PATH") is None   # reaped: no such process
