@@ -113,9 +113,12 @@ def test_server_env_var_reads_one_name_only():
     import os
     import subprocess
 
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
-                             env={**os.environ, "GPU_E2E_PROBE": "backend:cudaMallocAsync"})
+    # The child says when it runs, so its environment is read from the exec'd python, never mid-start.
+    child = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)"],
+                             env={**os.environ, "GPU_E2E_PROBE": "backend:cudaMallocAsync"},
+                             stdout=subprocess.PIPE, text=True)
     try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "up"
         assert drv.server_env_var(child.pid, "GPU_E2E_PROBE") == "backend:cudaMallocAsync"
         assert drv.server_env_var(child.pid, "GPU_E2E_PROBE_NOT_SET") is None
     finally:
