@@ -242,6 +242,23 @@ def calibrate(model_dir: Path, server_cmd: list[str], extra_env: dict[str, str],
     return results
 
 
+def server_command(text: Optional[str]) -> list[str]:
+    """The server program: `text` split like a shell would, else vLLM's CLI in this python."""
+    return shlex.split(text) if text else [
+        sys.executable, "-c", "import sys; from vllm.entrypoints.cli.main import main; "
+                              "sys.argv[0] = 'vllm'; sys.exit(main())"]
+
+
+def server_extra_env() -> dict[str, str]:
+    """What the launched server needs from this shell: offline HF, the kit's PYTHONPATH and NCCL switches."""
+    import os
+    env = {"HF_HUB_OFFLINE": "1"}
+    for key in ("PYTHONPATH", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
+        if os.environ.get(key):
+            env[key] = os.environ[key]
+    return env
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", help="folder holding tiny-wan22-ti2v and tiny-wan22-t2v-a14b")
@@ -259,14 +276,7 @@ def main() -> int:
     pkg = _import_package()
     from vllm_omni_launcher.server import versions
 
-    server_cmd = shlex.split(args.server_cmd) if args.server_cmd else [
-        sys.executable, "-c", "import sys; from vllm.entrypoints.cli.main import main; "
-                              "sys.argv[0] = 'vllm'; sys.exit(main())"]
-    extra_env = {"HF_HUB_OFFLINE": "1"}
-    import os
-    for key in ("PYTHONPATH", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
-        if os.environ.get(key):
-            extra_env[key] = os.environ[key]
+    server_cmd, extra_env = server_command(args.server_cmd), server_extra_env()
     found = versions.detect(server_cmd, extra_env=extra_env)
     report: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -17,15 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shlex
 import sys
 import time
 from pathlib import Path
 from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_e2e import _import_package, gpu_memory_mib  # noqa: E402  (bench/ is not a package)
+from gpu_e2e import _import_package, gpu_memory_mib, server_command, server_extra_env  # noqa: E402  (bench/ is not a package)
 from make_tiny_lora import make_peft_lora  # noqa: E402
 
 MODEL = "tiny-wan22-ti2v"
@@ -131,13 +129,7 @@ def main() -> int:
     model_dir = Path(args.models) / MODEL
     data_dir = Path(args.data_dir)
     lora_dir = Path(args.lora) if args.lora else make_peft_lora(model_dir, data_dir / "tiny-peft-lora")
-    server_cmd = shlex.split(args.server_cmd) if args.server_cmd else [
-        sys.executable, "-c", "import sys; from vllm.entrypoints.cli.main import main; "
-                              "sys.argv[0] = 'vllm'; sys.exit(main())"]
-    extra_env = {"HF_HUB_OFFLINE": "1"}
-    for key in ("PYTHONPATH", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
-        if os.environ.get(key):
-            extra_env[key] = os.environ[key]
+    server_cmd, extra_env = server_command(args.server_cmd), server_extra_env()
     found = versions.detect(server_cmd, extra_env=extra_env)
     report = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -5,9 +5,9 @@ writes each frame straight into one preallocated [F, H, W, 3] float32 array with
 fused multiply (uint8 RGB * 1/255 -> float32), never a list of frames and never a
 `np.stack` of the whole clip. The rgb24 conversion and that write run on a few threads
 beside FFmpeg's own decoder threads (both release the GIL), two frames per thread in
-flight at most; serial, they were about as long as the decode itself. The frame count comes from the stream header; when a
-container does not carry it, we estimate it from duration x rate and grow the array in
-place in large steps (`ndarray.resize`, which reallocates without holding two copies when
+flight at most; serial, they were about as long as the decode itself. The frame count
+comes from the stream header; when a container does not carry it, we estimate it from
+duration x rate and grow the array in place in large steps (`ndarray.resize`, which reallocates without holding two copies when
 the allocator can extend the block).
 
 A server's MP4 is untrusted: with `bounds` (what the request allows, see bounds.py) the

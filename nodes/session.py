@@ -25,7 +25,7 @@ from ..errors import LauncherError
 from ..models import request_for
 from ..planner.doctor import run_doctor
 from ..planner.launch_plan import LaunchPlan
-from ..server import registry, versions
+from ..server import registry
 from ..server.loras import LoraPlan, plan_loras
 from ..server.local_config import LocalConfig, load_local_config, origin
 from . import comfy_bridge, progress
@@ -53,7 +53,7 @@ def _launch(model: ModelChoice, serving: ServingChoice, config: LocalConfig,
             reporter: progress.NodeReporter) -> tuple[Any, LaunchPlan, LoraPlan]:
     plan = serving.resolve(model.model, config)
     # Fused LoRAs are part of the server (its spec and fingerprint); per-request ones ride on the handle.
-    loras = plan_loras(model.loras, model.family, versions.checked_server_version(config))
+    loras = plan_loras(model.loras, model.family, plan.server_version)
     plan = replace(plan, spec=plan.spec.with_changes(lora=loras.startup))
     if plan.text:
         reporter.text(plan.text)
@@ -175,7 +175,8 @@ def generate_video(handle: ServerHandle, *, image: Any = None, node_id: Optional
 def _idle_cfg_note(handle: ServerHandle, request: Any) -> str:
     """At guidance 1 (distill LoRAs) there is no CFG, so a CFG-parallel server leaves a GPU idle."""
     sup = registry.find(handle.server_id) if handle.kind == "local" else None
-    no_cfg = (request.guidance or 0) <= 1 and (request.guidance_2 is None or request.guidance_2 <= 1)
+    no_cfg = (request.guidance is not None and request.guidance <= 1
+              and (request.guidance_2 is None or request.guidance_2 <= 1))
     if sup is None or not no_cfg or sup.spec.parallel.mode != "cfg":
         return ""
     return ("CFG parallel does nothing at guidance 1 (no CFG): the second GPU idled. Set Serving Config's "

@@ -70,6 +70,7 @@ class LaunchPlan:
     fallback: Optional[Fallback]
     limit: Optional[RequestLimit] = None
     warnings: list[str] = field(default_factory=list)
+    server_version: Version = versions.DEFAULT_VERSION   # the vLLM-Omni line the spec was validated against
 
 
 @dataclass(frozen=True)
@@ -193,4 +194,4 @@ def resolve_launch(base: LaunchSpec, config: LocalConfig, *, gpus: str = "all", 
             ids = failed.gpus if failed.gpus is not None else tuple(visible)
             mem = [sizes[visible.index(i)] for i in ids if i in visible] or sizes
             return step_down(failed, "oom_load" if kind == "oom_load" else "oom", mem)
-    return LaunchPlan(spec, text, fallback, limit, warnings)
+    return LaunchPlan(spec, text, fallback, limit, warnings, version)

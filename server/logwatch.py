@@ -306,21 +306,6 @@ class ProgressTracker:
             return cur
         return replace(cur, eta_s=max(0.0, cur.eta_s - (self._clock() - cur.updated_at)))
 
-    def still_running_after(self, run_id: int, seconds: float, stop: threading.Event,
-                            alive: Callable[[], bool]) -> Optional[DenoiseProgress]:
-        """Wait up to `seconds` for denoise run `run_id` to end. Its progress when it is still
-        running then; None when it finished or failed, another run started, the server died
-        or `stop` was set."""
-        deadline = time.monotonic() + seconds
-        while True:
-            cur = self.current()
-            if cur is None or cur.run_id != run_id or cur.done or cur.aborted or not alive():
-                return None
-            if time.monotonic() >= deadline:
-                return cur
-            if stop.wait(0.1):
-                return None
-
     @property
     def last_seen(self) -> float:
         with self._lock:

@@ -231,24 +231,6 @@ class Recovery:
                 self._restart_for_cancel(job_id, cur, since, decision.text)
                 return
 
-    def hard_cancel(self, job_id: str, grace_s: float = 15.0, wait: bool = False) -> bool:
-        """Restart the server if the denoise run in progress has neither finished nor ended
-        within `grace_s`, whatever it would cost (cancel_job weighs that); True when restarted.
-
-        The caller has DELETEd the job already (upstream cannot stop a running Wan denoise).
-        The restart keeps the port when possible; `wait=True` blocks until it is ready.
-        """
-        snap = self._progress.current()
-        if snap is None or snap.done or snap.aborted or not self.alive():
-            return False
-        cur = self._progress.still_running_after(snap.run_id, grace_s, self._stop_evt, self.alive)
-        if cur is None:
-            return False
-        self._restart_for_cancel(job_id, cur, grace_s, "Wan cannot stop mid-denoise")
-        if wait:
-            self.wait_ready()
-        return True
-
     def _restart_for_cancel(self, job_id: str, cur: DenoiseProgress, after_s: float, why: str) -> None:
         note = (f"Cancelled job {job_id} was still running on the GPU {after_s:.0f} s after the cancel "
                 f"(step {cur.step}/{cur.total}); restarting the server to free the GPU. {why}")

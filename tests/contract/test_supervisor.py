@@ -33,6 +33,7 @@ import stubserver
 from stubserver import wait_for
 
 from vllm_omni_launcher.server import failures, process_group, registry, state_file
+from vllm_omni_launcher.server.cancel_policy import RESTART, CancelPolicy
 from vllm_omni_launcher.server.failures import ServerFailure
 from vllm_omni_launcher.server.local_config import LocalConfig
 from vllm_omni_launcher.server.spec import LaunchSpec, MemoryConfig, RuntimeConfig
@@ -171,15 +172,18 @@ def test_slow_load_progress_hard_cancel_and_crash_restart(data_dir: Path) -> Non
     assert final is not None and final.run_id == 1 and final.done and final.total == 8 and final.eta_s == 0
     assert {r for r, _, _ in seen} <= {1} and all(t == 8 for _, _, t in seen)
 
-    # -- hard cancel: DELETE cannot stop a running Wan denoise, so the server is restarted
+    # -- cancel that restarts: DELETE cannot stop a running Wan denoise; with a policy that weighs any
+    #    denoise left above a restart, the server is restarted once the grace is over
     port, first_pid = status.port, status.pid
     long_job = submit(sup, steps=200)
     wait_for(lambda: (p := sup.progress()) is not None and p.run_id == 2 and p.step >= 2, 120, "the long job to run")
     deleted = http.delete(f"{sup.url}/v1/videos/{long_job}", headers=auth(sup), timeout=30)
     assert deleted.status_code == 200, deleted.text
-    assert sup.hard_cancel(long_job, grace_s=1.0) is True
+    sup.cancel_policy = CancelPolicy(grace_s=1.0, ratio=0.0, slack_s=0.0)
+    assert sup.cancel_job(long_job, run_floor=1).action == RESTART
+    wait_for(lambda: long_job in (sup.status().restart_reason or ""), 60, "the restart for the cancelled job")
     reason = sup.status().restart_reason
-    assert long_job in reason and "still running on the GPU" in reason and "restarting the server" in reason
+    assert "still running on the GPU" in reason and "restarting the server" in reason
     assert sup.wait_ready(START_S)
     status = sup.status()
     assert status.generation == 2 and status.port == port and status.ready

@@ -347,3 +347,24 @@ def test_handles_carry_no_process_and_are_equal_for_the_same_server():
     a = ServerHandle("remote", "http://127.0.0.1:1", "wan", "ti2v_5b")
     assert a == ServerHandle("remote", "http://127.0.0.1:1", "wan", "ti2v_5b") and hash(a) == hash(a)
     assert "generation" not in repr(a)
+
+
+@pytest.mark.parametrize("mode, guidance, guidance_2, warned", [
+    ("cfg", 1.0, 1.0, True),          # distill settings on a CFG-parallel server: one GPU idles
+    ("cfg", 4.0, 3.0, False),         # real CFG: both GPUs work
+    ("cfg", None, None, False),       # the server's default guidance is not known to be 1
+    ("ulysses", 1.0, 1.0, False),     # no CFG parallel, nothing idles
+])
+def test_generate_notes_an_idle_gpu_when_cfg_parallel_meets_guidance_1(monkeypatch, mode, guidance, guidance_2,
+                                                                       warned):
+    from types import SimpleNamespace
+
+    from vllm_omni_launcher.server.spec import LaunchSpec, ParallelConfig
+
+    spec = LaunchSpec(model=FAMILIES["t2v_a14b"].hf_id, parallel=ParallelConfig(mode=mode, degree=2))
+    monkeypatch.setattr(session.registry, "find", lambda server_id: SimpleNamespace(spec=spec))
+    handle = ServerHandle("local", "http://127.0.0.1:1", spec.model, "t2v_a14b", server_id=spec.fingerprint())
+    request = SimpleNamespace(guidance=guidance, guidance_2=guidance_2)
+    note = session._idle_cfg_note(handle, request)
+    assert (("CFG parallel does nothing at guidance 1" in note and "parallel_mode to ulysses" in note)
+            if warned else note == "")
