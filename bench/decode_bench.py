@@ -6,7 +6,16 @@ decode_mp4 <= 1.5x the floor. A naive list-of-frames + np.stack decoder is timed
 reference. Clips are made here with PyAV (H.264 yuv420p, preset ultrafast like vLLM-Omni)
 from tests/contract/frame_code frames, so they decode to known content.
 
-    /tmp/uenv/bin/python bench/decode_bench.py [--repeat 5] [--quick]
+`--noise WxHxF` adds a clip like a random-weight model's: 2x2-pixel noise (+-72 around grey)
+with vLLM-Omni's encoder settings (libx264, preset ultrafast, crf 18), about 450 KB a frame
+(the real server's 1280x704x121 clip from random weights was 54.6 MB). `--stream` then serves
+each clip the way vLLM-Omni serves /content (bench/mp4_file_server.py: Starlette FileResponse
+under uvicorn on 127.0.0.1, started with --serve-python) and times the download levers of
+overhead_bench.download_levers: decoded while it downloads (shipped) against download, then
+decode (before).
+
+    .venv/bin/python bench/decode_bench.py [--repeat 5] [--quick]
+    .venv/bin/python bench/decode_bench.py --noise 1280x704x121 --stream --serve-python .venv-server/bin/python
 
 Prints a table and writes bench/out/decode_bench.json.
 """
@@ -17,8 +26,11 @@ import io
 import json
 import os
 import platform
+import socket
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from fractions import Fraction
 from pathlib import Path
@@ -28,14 +40,15 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "contract"))
+sys.path.insert(0, str(ROOT / "bench"))
 import frame_code  # noqa: E402
+import overhead_bench  # noqa: E402
 
-try:
-    from vllm_omni_launcher.client.frames import decode_mp4  # installed (editable) package
-except ImportError:  # pragma: no cover - running from a checkout without install
-    sys.path.insert(0, str(ROOT.parent))
-    from importlib import import_module
-    decode_mp4 = import_module(f"{ROOT.name}.client.frames").decode_mp4
+overhead_bench.import_package()
+from vllm_omni_launcher.client.bounds import bounds_for  # noqa: E402
+from vllm_omni_launcher.client.frames import decode_mp4  # noqa: E402
+
+NOISE_AMPLITUDE = 72
 
 CASES = [  # name, frames, width, height, fps
     ("ti2v_5b 121x1280x704@24", 121, 1280, 704, 24),
@@ -60,6 +73,57 @@ def make_clip(count: int, width: int, height: int, fps: int, seed: int = 1234) -
         for packet in stream.encode():
             out.mux(packet)
     return buf.getvalue()
+
+
+def make_noise_clip(count: int, width: int, height: int, fps: int, seed: int = 1234) -> bytes:
+    """A random-weight model's kind of clip, with vLLM-Omni's encoder settings (see the docstring)."""
+    rng = np.random.default_rng(seed)
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mp4") as out:
+        stream = out.add_stream("libx264", rate=Fraction(fps))
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.options = {"preset": "ultrafast", "crf": "18", "threads": "0"}
+        for _ in range(count):
+            small = rng.integers(128 - NOISE_AMPLITUDE, 128 + NOISE_AMPLITUDE, size=(height // 2, width // 2, 3),
+                                 dtype=np.int16).astype(np.uint8)
+            frame = np.ascontiguousarray(np.repeat(np.repeat(small, 2, 0), 2, 1))
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return buf.getvalue()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def stream_levers(data: bytes, count: int, width: int, height: int, python: str, repeat: int) -> dict:
+    """overhead_bench.download_levers against bench/mp4_file_server.py serving `data`."""
+    with tempfile.TemporaryDirectory(prefix="vllm-omni-decode-bench-") as tmp:
+        path = Path(tmp) / "clip.mp4"
+        path.write_bytes(data)
+        port = free_port()
+        server = subprocess.Popen([python, str(ROOT / "bench" / "mp4_file_server.py"), str(path), str(port)])
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    if server.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(f"{python} bench/mp4_file_server.py did not start (needs starlette, "
+                                           "uvicorn: pass the server venv's python as --serve-python)")
+                    time.sleep(0.1)
+            bounds = bounds_for(width, height, count, {})
+            return overhead_bench.download_levers(f"http://127.0.0.1:{port}", None, "bench", bounds, repeat,
+                                                  (count, height, width))
+        finally:
+            server.terminate()
+            server.wait(10)
 
 
 def floor_decode(data: bytes) -> np.ndarray:
@@ -98,15 +162,29 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="one small clip (smoke test)")
     parser.add_argument("--no-naive", action="store_true", help="skip the list+stack reference")
+    parser.add_argument("--noise", default=None, metavar="WxHxF",
+                        help="add random-weight-like noise clips of these shapes (e.g. 832x480x49,1280x704x121)")
+    parser.add_argument("--only-noise", action="store_true", help="with --noise: skip the other clips")
+    parser.add_argument("--stream", action="store_true",
+                        help="also time the download levers against a local FileResponse server")
+    parser.add_argument("--serve-python", default=sys.executable,
+                        help="python with starlette + uvicorn for --stream (default: this one)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "out" / "decode_bench.json"))
     args = parser.parse_args()
 
+    cases = [] if args.only_noise else [(*case, False) for case in (QUICK_CASES if args.quick else CASES)]
+    for shape in filter(None, (args.noise or "").split(",")):
+        width, height, count = (int(x) for x in shape.lower().split("x"))
+        cases.append((f"noise {count}x{width}x{height}@24", count, width, height, 24, True))
     rows = []
-    for name, count, width, height, fps in (QUICK_CASES if args.quick else CASES):
-        data = make_clip(count, width, height, fps)
+    for name, count, width, height, fps, noise in cases:
+        data = (make_noise_clip if noise else make_clip)(count, width, height, fps)
         check = decode_mp4(data)
         assert check.frames.shape == (count, height, width, 3) and check.fps == fps
-        assert [frame_code.decode(f) for f in check.frames[:3]] == [(i, 1234 % 256) for i in range(3)]
+        if noise:
+            assert np.array_equal(check.frames, floor_decode(data)), "decode_mp4 differs from the floor"
+        else:
+            assert [frame_code.decode(f) for f in check.frames[:3]] == [(i, 1234 % 256) for i in range(3)]
         del check
         # warm-up: first touch of fresh memory is much slower on some VMs; keep both sides fair
         floor_decode(data)
@@ -125,6 +203,9 @@ def main() -> int:
         }
         if naive:
             row["naive_s"] = {"min": min(naive), "median": statistics.median(naive), "all": naive}
+        if args.stream:
+            row["download"] = stream_levers(data, count, width, height, args.serve_python, args.repeat)
+            print(f"{name}: download levers {json.dumps(row['download'])}", flush=True)
         rows.append(row)
 
     print(f"\n{'case':<26}{'out MB':>8}{'ours s':>9}{'floor s':>9}{'ratio':>7}{'naive s':>9}   (median of {args.repeat})")
@@ -138,7 +219,9 @@ def main() -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({
-        "bench": "decode_mp4", "goal_ratio": 1.5, "worst_ratio": worst, "rows": rows,
+        "bench": "decode_mp4", "command": " ".join(["bench/decode_bench.py", *sys.argv[1:]]),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "goal_ratio": 1.5, "worst_ratio": worst, "rows": rows,
         "env": {"python": platform.python_version(), "numpy": np.__version__, "av": av.__version__,
                 "cpus": os.cpu_count(), "machine": platform.machine()},
     }, indent=2))

@@ -9,6 +9,13 @@
 #   bash bench/gpu_session.sh A2           setup, then cancel + SIGKILL checks (eager server)
 #   bash bench/gpu_session.sh B            planner calibration + overhead (Supervisor + client)
 #   bash bench/gpu_session.sh cpu          the CPU rehearsal of A + A2 here (stub server)
+#   bash bench/gpu_session.sh O            setup, then issue 14's overhead bench on the full-size TI2V-5B
+#                                          (eager, Supervisor + client; O_ARGS replaces its options) -> $OUT/O/
+#   bash bench/gpu_session.sh A14B MODE    MODE eager | compile: setup without TI2V-5B, the full-size
+#                                          T2V-A14B (built once per warm machine, ~1-2 min), then
+#                                          bench/gpu_a14b.py on one GPU -> $OUT/A14B/MODE.{json,log}
+#   bash bench/gpu_session.sh cpu-o        the CPU rehearsal of O (stub server, tiny TI2V)
+#   bash bench/gpu_session.sh cpu-a14b     the CPU rehearsal of A14B (stub server, tiny-dimension A14B)
 #
 # setup: pieces -> $KIT/{wheels,comfy-wheels,comfyui,gpu-kit}; server venv = image python -m venv
 # + zz_image.pth (the image python is itself a venv, so --system-site-packages would not see its
@@ -17,7 +24,12 @@
 # (make_fullsize_ti2v.py, ~23 GB, ~1 min on the GPU) in <base>/models/diffusers/ti2v-5b-fullsize.
 # Environment: KIT (default /tmp/kit), OUT (the device's $OUT), IMAGE_PY (default /opt/torch/.venv/bin/python3),
 # DEADLINE_S (seconds the driver may use), DRIVER_ARGS (more driver options, e.g. "--eager --steps 4"),
-# B_ARGS (more calibration options, e.g. "--only tiling_module"), NO_LORA=1 (B without the LoRA check).
+# B_ARGS (more calibration options, e.g. "--only tiling_module"), NO_LORA=1 (B without the LoRA check),
+# NO_TI2V=1 (setup skips building the TI2V-5B folder; the A14B phases set it), O_ARGS (the overhead
+# bench's options), A14B_ARGS (more bench/gpu_a14b.py options, e.g. "--shapes 832x480x81").
+# Disk (64 GiB on the device): TI2V-5B takes ~23 GB and the A14B folder ~29 GB (+11 GB when it
+# cannot hardlink TI2V-5B's encoder); when df says the A14B folder will not fit, the TI2V-5B
+# transformer and VAE are deleted first (its text encoder is kept for the link; O must run before).
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 KIT="${KIT:-/tmp/kit}"
@@ -27,9 +39,10 @@ SERVER_ENV="$KIT/server-env"
 COMFY_ENV="$KIT/comfy-env"
 BASE="$KIT/comfy-base"
 MODEL=ti2v-5b-fullsize
+A14B_MODEL=t2v-a14b-fullsize
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 HF_HUB_OFFLINE=1
 export PYTHONUNBUFFERED=1
-phase="${1:?phase: receive NN | setup | A | A2 | B | cpu}"
+phase="${1:?phase: receive NN | setup | A | A2 | B | O | A14B eager|compile | cpu | cpu-o | cpu-a14b}"
 
 stamp() { echo "[$(date +%T)] $*"; }
 
@@ -66,7 +79,7 @@ setup() {
       touch "$COMFY_ENV/.done"
     fi
     mkdir -p "$BASE/models/diffusers" "$BASE/custom_nodes"
-    if [ ! -f "$BASE/models/diffusers/$MODEL/.done" ]; then
+    if [ ! -f "$BASE/models/diffusers/$MODEL/.done" ] && [ -z "${NO_TI2V:-}" ]; then
       stamp "full-size TI2V-5B"
       "$SERVER_ENV/bin/python" "$KIT/gpu-kit/make_fullsize_ti2v.py" "$KIT/gpu-kit/models/tiny-wan22-ti2v" \
         "$BASE/models/diffusers/$MODEL"
@@ -84,6 +97,53 @@ driver() {   # driver OUTDIR ARGS...: the ComfyUI driver under ComfyUI's python
   "$COMFY_ENV/bin/python" "$REPO/bench/gpu_comfyui_e2e.py" --comfy-dir "$KIT/comfyui" --python "$COMFY_ENV/bin/python" \
     --base "$BASE" --model-folder "$MODEL" --launcher-env "$KIT/launcher-env.json" --out "$out" "$@" ${DRIVER_ARGS:-} 2>&1 \
     | tee "$out.log"
+}
+
+gpu_state() {   # gpu_state FILE: the GPU and what runs on it (a leftover server would skew every number)
+  if command -v nvidia-smi > /dev/null; then
+    { nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version --format=csv
+      nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv; } > "$1" 2>&1 || true
+  else echo "no nvidia-smi (CPU rehearsal)" > "$1"; fi
+  df -h "$BASE" "${TMPDIR:-/tmp}" >> "$1" 2>&1 || true
+}
+
+o_bench() {   # o_bench PY MODEL_DIR [SERVER_CMD]: issue 14's overhead bench -> $OUT/O/overhead.{json,log}
+  local py="$1" model="$2" rc=0
+  local args=(${O_ARGS:---shapes 832x480x49,1280x704x121 --steps 4 --repeat 2 --warmup 1 --lever-repeat 2})
+  [ -n "${3:-}" ] && args+=(--server-cmd "$3")
+  mkdir -p "$OUT/O"; gpu_state "$OUT/O/gpu-before.txt"
+  stamp "overhead bench ${args[*]}" | tee "$OUT/O/overhead.log"
+  # SIGINT at the call's end: the bench's finally stops the server; its per-job lines are in the log
+  timeout -s INT "$(( ${O_LIMIT_S:-585} - SECONDS ))" "$py" "$REPO/bench/overhead_bench.py" --model "$model" \
+    "${args[@]}" > "$OUT/O/overhead.json" 2> >(tee -a "$OUT/O/overhead.log" >&2) || rc=$?
+  sleep 1; stamp "overhead bench rc=$rc, $(wc -c < "$OUT/O/overhead.json") bytes of JSON" | tee -a "$OUT/O/overhead.log"
+}
+
+a14b_model() {   # a14b_model PY DIR TI2V_DIR [--rehearsal]: the full-size random-weight T2V-A14B, once
+  local py="$1" dir="$2" ti2v="$3" te=() need="${A14B_NEED_GIB:-31}" avail
+  [ -f "$dir/.done" ] && { stamp "A14B folder already built: $dir"; return 0; }
+  if [ -f "$ti2v/.done" ] || [ -f "$ti2v/.te_only" ]; then te=(--text-encoder-from "$ti2v/text_encoder")
+  else need=$((need + 11)); fi
+  mkdir -p "$(dirname "$dir")"; rm -rf "$dir"
+  avail=$(df -BG --output=avail "$(dirname "$dir")" | tail -1 | tr -dc 0-9)
+  stamp "A14B build: ${avail} GiB free, ~${need} GiB needed, encoder ${te[*]:-built}"
+  if [ "$avail" -lt "$need" ] && [ ${#te[@]} -gt 0 ] && [ -d "$ti2v/transformer" ]; then
+    stamp "not enough disk: deleting the TI2V-5B transformer and VAE (text encoder kept for the link)"
+    rm -rf "$ti2v/transformer" "$ti2v/vae" "$ti2v/.done"; touch "$ti2v/.te_only"
+    stamp "now $(df -BG --output=avail "$(dirname "$dir")" | tail -1 | tr -dc 0-9) GiB free"
+  fi
+  local t0=$SECONDS
+  "$py" "$REPO/bench/make_fullsize_a14b.py" "$KIT/gpu-kit/models/tiny-wan22-t2v-a14b" "$dir" "${te[@]}" "${@:4}"
+  touch "$dir/.done"; stamp "A14B folder built in $((SECONDS - t0)) s: $(du -sh "$dir" | cut -f1)"
+}
+
+a14b_bench() {   # a14b_bench PY MODEL_DIR MODE [SERVER_CMD]: bench/gpu_a14b.py -> $OUT/A14B/MODE.{json,log}
+  local py="$1" model="$2" mode="$3"
+  local args=(--model "$model" --mode "$mode" --out "$OUT/A14B/$mode.json" --deadline-s "${DEADLINE_S:-$((560 - SECONDS))}")
+  [ -n "${4:-}" ] && args+=(--server-cmd "$4")
+  gpu_state "$OUT/A14B/gpu-before-$mode.txt"
+  "$py" "$REPO/bench/gpu_a14b.py" "${args[@]}" ${A14B_ARGS:-} 2>&1 | tee "$OUT/A14B/$mode.log" || true
+  gpu_state "$OUT/A14B/gpu-after-$mode.txt"
 }
 
 case "$phase" in
@@ -104,6 +164,36 @@ case "$phase" in
     "$SERVER_ENV/bin/python" "$REPO/bench/gpu_e2e.py" --fullsize "$BASE/models/diffusers/$MODEL" \
       --out "$OUT/B/calibration.json" --data-dir "$KIT/b-data" --deadline-s "${DEADLINE_S:-$((550 - SECONDS))}" ${B_ARGS:-} \
       2>&1 | tee "$OUT/B/calibration.log" || true ;;
+  O) setup; o_bench "$SERVER_ENV/bin/python" "$BASE/models/diffusers/$MODEL" ;;
+  A14B)
+    mode="${2:?A14B eager|compile}"; mkdir -p "$OUT/A14B"
+    NO_TI2V=1 setup
+    a14b_model "$SERVER_ENV/bin/python" "$BASE/models/diffusers/$A14B_MODEL" "$BASE/models/diffusers/$MODEL" 2>&1 \
+      | tee -a "$OUT/A14B/build.log"
+    a14b_bench "$SERVER_ENV/bin/python" "$BASE/models/diffusers/$A14B_MODEL" "$mode" ;;
+  cpu-o|cpu-a14b)   # rehearsal here of O / A14B: the same functions, the stub server, tiny models on CPU
+    : "${VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON:?set it to the stub server python (.venv-server/bin/python)}"
+    KIT="${CPU_KIT:-/tmp/gpu-session-cpu-kit}"; BASE="$KIT/comfy-base"; mkdir -p "$KIT/gpu-kit" "$BASE/models/diffusers"
+    rm -rf "$KIT/gpu-kit/models"; cp -r "${GPU_KIT:?set GPU_KIT to the GPU kit folder}/models" "$KIT/gpu-kit/models"
+    chmod -R u+w "$KIT"
+    stub="$VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON $REPO/tests/contract/stub_vllm_serve.py"
+    export VLLM_OMNI_STUB_STEP_S="${STUB_STEP_S:-0.05}" VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB=141
+    if [ "$phase" = cpu-o ]; then
+      O_ARGS="${O_ARGS:---shapes 256x160x9,320x192x17 --steps 4 --repeat 1 --warmup 1 --lever-repeat 1}" \
+        o_bench "$VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON" "$KIT/gpu-kit/models/tiny-wan22-ti2v" "$stub"
+    else   # twice: the encoder built, then linked from a TI2V stand-in with too little "disk" (the prune path)
+      mkdir -p "$OUT/A14B"; a14b="$BASE/models/diffusers/$A14B_MODEL"; ti2v="$BASE/models/diffusers/$MODEL"
+      rm -rf "$ti2v" "$a14b"
+      a14b_model "$VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON" "$a14b" "$ti2v" --rehearsal 2>&1 | tee "$OUT/A14B/build.log"
+      mkdir -p "$ti2v/transformer" "$ti2v/vae"; cp -r "$a14b/text_encoder" "$ti2v/"; touch "$ti2v/.done"; rm "$a14b/.done"
+      A14B_NEED_GIB=100000 a14b_model "$VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON" "$a14b" "$ti2v" --rehearsal 2>&1 \
+        | tee -a "$OUT/A14B/build.log"
+      for mode in eager compile; do
+        A14B_ARGS="${A14B_ARGS:---shapes 256x160x9,320x192x17}" DEADLINE_S="${DEADLINE_S:-300}" \
+          a14b_bench "$VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON" "$a14b" "$mode" "$stub"
+      done
+      "$VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON" "$REPO/bench/gpu_a14b_table.py" "$OUT/A14B"
+    fi ;;
   cpu)   # rehearsal here: real ComfyUI on CPU, the stub server as the server command
     : "${VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON:?set it to the stub server python (.venv-server/bin/python)}"
     COMFY_SRC="${COMFY_SRC:-/work/comfyui-src}"; COMFY_PY="${COMFY_PY:-/work/comfyui-venv/bin/python}"

@@ -3,7 +3,9 @@
 `inference_time_s` is the server's own task time (engine, VAE decode, MP4 encode, saving the
 file); everything else a user waits for is ours or HTTP's: submit, noticing completion
 (polling), the /content download and the MP4 -> IMAGE decode. Each job is run through our
-VideoClient exactly as the Generate Video node runs it, and reported with that split.
+VideoClient exactly as the Generate Video node runs it, and reported with that split. The decode
+runs while the MP4 downloads (client/streamed_download.py): download_s is job done -> last byte,
+decode_s what is left of the decode after it.
 
 Levers measured in the same run (not assumed):
 - poll modes: `fixed` (a poll every 0.25 s) against `due` (FAST_POLL_S polls once the
@@ -11,14 +13,22 @@ Levers measured in the same run (not assumed):
   90% of what the previous job of that shape took, the remote rule of nodes/progress.py);
 - decode levers on each job's own MP4 bytes: decode_mp4 as shipped, its serial conversion
   (workers=0), PyAV decode alone, decode + rgb24, the float32 write alone, and the PyAV
-  thread modes; and whether the MP4's index (moov) comes before its data (only then could
-  decoding start while bytes arrive).
+  thread modes; and whether the MP4's index (moov) comes before its data;
+- download levers on one more job per shape, kept on the server and fetched again from its
+  /content (`download_levers`): the whole path MP4 -> IMAGE as shipped (decoded while it
+  downloads, the index fetched first with a Range request), the same without the Range tail,
+  the previous path (download, then decode), and the download alone.
+
+On the stub (CPU) the MP4s are a few KB (its frames are flat blocks), so the download levers mean
+something only against a real server's clips, or with bench/decode_bench.py --noise --stream
+(random-weight-like clips served as upstream serves them).
 
 Servers (the first two are launched and stopped by our Supervisor, as Local Server does):
     python bench/overhead_bench.py                                   # CPU: the stub server
     python bench/overhead_bench.py --model DIR [--gpus 0] [--server-cmd CMD]     # the real server
     python bench/overhead_bench.py --url http://127.0.0.1:8091 [--api-key-env VAR]
-Common: --shapes 832x480x49,1280x704x121 --steps 4 --repeat 3 --poll-modes fixed,due.
+Common: --shapes 832x480x49,1280x704x121 --steps 4 --repeat 3 --poll-modes fixed,due
+--lever-repeat 3 (0: no levers, and no extra kept job per shape).
 The stub needs VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON (the server venv's python).
 
 JSON on stdout (one object: per-job rows, per shape and mode medians, levers); progress on stderr.
@@ -123,7 +133,7 @@ def remote(url: str, api_key_env: Optional[str]) -> Target:
 
 # ----------------------------------------------------------------------------- one job
 def run_job(target: Target, shape: tuple[int, int, int], steps: int, fps: float, seed: int, mode: str,
-            estimates: dict[tuple[int, int, int], float]) -> tuple[dict[str, Any], bytes, Any]:
+            estimates: dict[tuple[int, int, int], float], keep_job: bool = False) -> tuple[dict[str, Any], bytes, Any]:
     from vllm_omni_launcher.client.api import VideoClient, VideoRequest
     from vllm_omni_launcher.nodes import progress as node_progress
 
@@ -144,12 +154,12 @@ def run_job(target: Target, shape: tuple[int, int, int], steps: int, fps: float,
 
     with VideoClient(target.url, api_key=target.api_key, served_name=target.served,
                      server_version=target.version) as client:
-        result = client.generate(req, on_update=on_update, due=due)
+        result = client.generate(req, on_update=on_update, due=due, keep_job=keep_job)
     t = result.timings
     video = result.video
     inference = t.get("server_inference")
     row = {
-        "shape": f"{width}x{height}x{frames}", "steps": steps, "poll_mode": mode, "due_rule_used": due is not None,
+        "shape": f"{width}x{height}x{frames}", "job_id": result.job_id, "steps": steps, "poll_mode": mode, "due_rule_used": due is not None,
         "wall_s": round(t["decoded"], 4), "inference_time_s": None if inference is None else round(inference, 4),
         "overhead_s": None if inference is None else round(t["decoded"] - inference, 4),
         "submit_s": round(t["submit"], 4),
@@ -204,6 +214,58 @@ def _float_write(shape: tuple[int, ...]) -> None:
     scale = np.float32(1 / 255)
     for i in range(shape[0]):
         np.multiply(src, scale, out=out[i])
+
+
+def download_levers(url: str, api_key: Optional[str], job_id: str, bounds: Any, repeat: int,
+                    shape: tuple[int, int, int]) -> dict[str, Any]:
+    """GET /v1/videos/{job_id}/content again and again, MP4 -> IMAGE each way (interleaved):
+    `streamed_prepared` (shipped, as generate() runs it once the job is due: decoded while it
+    downloads, Range tail for the index, into an output array of `shape` (frames, height, width)
+    made beforehand, which is not timed: it is made while the GPU finishes), `streamed` (the
+    same into fresh memory), `streamed_no_tail`, `download_then_decode` (before: whole body, then
+    decode_mp4) and `download_only`."""
+    from vllm_omni_launcher.client.frames import PreparedOutput, decode_mp4
+    from vllm_omni_launcher.client.streamed_download import download_decoding
+    from vllm_omni_launcher.client.transport import Transport
+
+    path = f"/v1/videos/{job_id}/content"
+
+    def download(http: Any) -> bytes:
+        return http.request("GET", path, what="download", large_body=True, max_body=bounds.max_bytes).body
+
+    def streamed(http: Any, tail: bool, into: Any = None) -> Any:
+        return download_decoding(http, path, what="download", job_id=job_id, max_bytes=bounds.max_bytes,
+                                 cap_reason="", bounds=bounds, tail=tail, into=into).video
+
+    prepared: dict[str, Any] = {}
+    cases: dict[str, Callable[[Any], Any]] = {
+        "streamed_prepared": lambda http: streamed(http, True, prepared.pop("array")),
+        "streamed": lambda http: streamed(http, True),
+        "streamed_no_tail": lambda http: streamed(http, False),
+        "download_then_decode": lambda http: decode_mp4(download(http), bounds=bounds),
+        "download_only": download,
+    }
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    with Transport(url, api_key) as http:
+        size = len(download(http))                 # warm: connection, page cache
+        for _ in range(repeat):
+            for name, fn in cases.items():
+                if name == "streamed_prepared":
+                    prepared["array"] = PreparedOutput(*shape).take()
+                t = time.perf_counter()
+                result = fn(http)
+                times[name].append(time.perf_counter() - t)
+                del result
+    med = {k: median(v) for k, v in times.items()}
+    out: dict[str, Any] = {"mp4_bytes": size, "cpus": os.cpu_count(), "median_s": med,
+                           "min_s": {k: round(min(v), 4) for k, v in times.items()}}
+    if med["streamed_prepared"] and med["streamed"]:
+        out["before_over_shipped"] = round(med["download_then_decode"] / med["streamed_prepared"], 3)
+        out["fresh_over_prepared"] = round(med["streamed"] / med["streamed_prepared"], 3)
+        out["no_tail_over_streamed"] = round(med["streamed_no_tail"] / med["streamed"], 3)
+    if med["download_only"]:
+        out["download_mb_per_s"] = round(size / med["download_only"] / 1e6, 1)
+    return out
 
 
 def levers(data: bytes, req: Any, repeat: int) -> dict[str, Any]:
@@ -313,7 +375,21 @@ def main() -> int:
                     for k in ("wall_s", "inference_time_s", "overhead_s", "submit_s", "detect_s", "download_s",
                               "decode_s")}})
             if args.lever_repeat > 0 and lever_input is not None:
-                report["levers"]["x".join(map(str, shape))] = levers(*lever_input, args.lever_repeat)
+                key = "x".join(map(str, shape))
+                report["levers"][key] = levers(*lever_input, args.lever_repeat)
+                kept, _, kept_req = run_job(target, shape, args.steps, args.fps, seed, "fixed", estimates,
+                                            keep_job=True)
+                seed += 1
+                try:
+                    report["levers"][key]["download"] = download_levers(
+                        target.url, target.api_key, kept["job_id"], kept_req.bounds(), args.lever_repeat,
+                        tuple(kept["frames_shape"][:3]))
+                finally:
+                    from vllm_omni_launcher.client.api import VideoClient
+
+                    with VideoClient(target.url, api_key=target.api_key) as client:
+                        client.delete(kept["job_id"])
+                say(f"{key} download levers: {json.dumps(report['levers'][key]['download'])}")
     finally:
         if target.stop is not None:
             target.stop()

@@ -1,7 +1,9 @@
 """`generate`: one video through an existing server (--url) or one the supervisor starts.
 
-The same client the nodes use: multipart submit, sub-second polling, MP4 download and the
-decode into the IMAGE array, with a timing report for benchmarking the overhead.
+The same client the nodes use: multipart submit, sub-second polling, MP4 download, with a timing
+report for benchmarking the overhead. The frames are decoded into the IMAGE array only for
+--frames-npy; otherwise the MP4 is written as the server sent it, once its header has been
+checked against the request (frames.probe_mp4).
 The result line ("wrote PATH: ...") goes to stdout; start phases and job progress to stderr.
 
 The shortest form, `generate --prompt "..."`, needs nothing else: the model is picked for this
@@ -28,6 +30,7 @@ from ..client.transport import Deadlines
 from ..errors import LauncherError
 from ..models import FAMILIES, family_for, request_for
 from ..planner.launch_plan import RequestLimit
+from ..planner.speed_costs import cfg_runs
 from ..server.local_config import load_local_config
 from ..server.loras import request_lora_from_cli
 from .launch_options import add_launch_options, launch_from_args
@@ -69,9 +72,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="where to write the server's MP4 (default: " + OUT_PATTERN.format(
                        time="YYYYmmdd-HHMMSS", seed="SEED") + " in the current directory); stdout names it")
     o.add_argument("--frames-npy", default=None, metavar="PATH",
-                   help="also save the decoded IMAGE tensor [F,H,W,3] float32")
+                   help="also save the decoded IMAGE tensor [F,H,W,3] float32 (only then is the video decoded)")
     o.add_argument("--report-json", default=None, metavar="PATH",
-                   help="write timings: submit, queued, running, job_done, detected, downloaded, decoded")
+                   help="write timings: submit, queued, running, job_done, detected, downloaded, decoded "
+                        "(without --frames-npy no frame is decoded: 'decoded' is when the MP4's header was checked)")
 
 
 def _served_family(client: VideoClient, url: str) -> Any:
@@ -118,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
 
         if not args.model:
             _pick_model(args, config)
-        plan = launch_from_args(args, config)          # checks the server environment's pair too
+        plan = launch_from_args(args, config, cfg=_runs_cfg(args))   # checks the server environment's pair too
         if plan.text:
             _say(f"serving: {plan.text}")
         for warning in plan.warnings:
@@ -159,6 +163,14 @@ def _pick_model(args: argparse.Namespace, config: Any) -> None:
     _say(f"model: {pick.model} (auto: {pick.why}; --model picks another)")
 
 
+def _runs_cfg(args: argparse.Namespace) -> bool:
+    """Whether the job runs CFG, from its guidance as the request will carry it (the launch is
+    planned for it before the request itself can be built with the plan's size)."""
+    guided = request_for(family_for(args.model), prompt=args.prompt, guidance=args.guidance,
+                         guidance_2=args.guidance_2)
+    return cfg_runs(guided.guidance, guided.guidance_2)
+
+
 def _request(args: argparse.Namespace, family: Any, limit: Optional[RequestLimit] = None) -> Any:
     """The request with the model's defaults filled in and checked (models.request_for, as the node does),
     with the serving plan's size and frames where the options leave them to the model."""
@@ -191,19 +203,21 @@ def _generate(args: argparse.Namespace, client: VideoClient, request: Any, sup: 
         print(f"  {update.status}{step} (queued {update.queued_s:.0f}s, running {update.running_s:.0f}s)",
               file=sys.stderr)
 
-    result = client.generate(request, on_update=on_update)
+    # Only the MP4 asked for: no frame is decoded, the header is checked against the request.
+    result = client.generate(request, on_update=on_update, decode=bool(args.frames_npy))
     Path(args.out).write_bytes(result.mp4)
-    video = result.video
-    if args.frames_npy:
+    if result.video is not None:
         import numpy as np
 
-        np.save(args.frames_npy, video.frames)
+        np.save(args.frames_npy, result.video.frames)
+    info = result.info
     timings = dict(result.timings)
     timings["detected"] = timings.get("job_done")
     if args.report_json:
         Path(args.report_json).write_text(json.dumps({
-            "job_id": result.job_id, "frames": video.num_frames, "width": video.width, "height": video.height,
-            "fps": video.fps, "mp4_bytes": len(result.mp4), "timings": timings}, indent=1))
-    print(f"wrote {args.out}: {video.num_frames} frames {video.width}x{video.height} at {video.fps:g} fps "
+            "job_id": result.job_id, "frames": info.num_frames, "width": info.width, "height": info.height,
+            "fps": info.fps, "mp4_bytes": len(result.mp4), "decoded": result.video is not None,
+            "timings": timings}, indent=1))
+    print(f"wrote {args.out}: {info.num_frames} frames {info.width}x{info.height} at {info.fps:g} fps "
           f"in {timings['decoded']:.1f}s")
     return 0

@@ -47,8 +47,8 @@ _COMPOSITE: dict[str, tuple[str, tuple[str, ...], dict[str, Any], str]] = {
                                                "dest": "lora"},
                    "a .safetensors file (vLLM-Omni 0.30), repeatable: for A14B the first is the high-noise and "
                    "the second the low-noise LoRA unless --lora-expert says otherwise, one alone applies to both; "
-                   "fused at the file's own scale, so STRENGTH must be 1; PEFT folders go to `generate "
-                   "--lora-request`"),
+                   "fused at startup (a STRENGTH other than 1 fuses a scaled copy made in the data dir); PEFT "
+                   "folders go to `generate --lora-request`"),
 }
 _COMPOSITE_FIELDS = {name for _, fields, _, _ in _COMPOSITE.values() for name in fields}
 _FLAG_NAMES = {"vae_patch": "--vae-patch"}
@@ -137,10 +137,12 @@ def spec_from_args(args: argparse.Namespace, default_host: str = "127.0.0.1") ->
 
 
 def launch_from_args(args: argparse.Namespace, config: LocalConfig, *,
-                     server_version: Optional[Version] = None) -> LaunchPlan:
+                     server_version: Optional[Version] = None, cfg: bool = True) -> LaunchPlan:
     """The options resolved into what to launch, exactly as the Local Server node resolves its
-    Serving Config (planner for auto, GPU selection, the server-version check, the OOM fallback)."""
+    Serving Config (planner for auto, GPU selection, the server-version check, the OOM fallback);
+    `cfg`: whether the jobs run CFG (`generate` knows from its guidance; `serve` / `argv` do not)."""
     auto = is_auto(args)
     return resolve_launch(spec_from_args(args, default_host=config.host), config, gpus=args.gpus, auto=auto,
                           allow_fp8=auto and args.quantization == "fp8",
-                          auto_fallback=bool(getattr(args, "auto_fallback", False)), server_version=server_version)
+                          auto_fallback=bool(getattr(args, "auto_fallback", False)), server_version=server_version,
+                          cfg=cfg)

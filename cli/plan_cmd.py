@@ -18,7 +18,7 @@ import json
 from ..errors import LauncherError
 from ..models import check_request
 from ..planner.gpus import parse_gpu_memory
-from ..planner.ladder import recommend
+from ..planner.replica_plan import recommend_for
 from ..planner.memory import RequestShape, plan
 from ..server.local_config import load_local_config
 from .exit_codes import ExitCode
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_recommend:
         p2p = {"yes": True, "no": False, "unknown": None}[args.p2p]
         try:
-            rec = recommend(spec, req, gpus, p2p=p2p, allow_fp8=args.allow_fp8, host_available_gib=host)
+            rec = recommend_for(spec, req, gpus, p2p=p2p, allow_fp8=args.allow_fp8, host_available_gib=host)
         except LauncherError as exc:
             rec_error = exc
     if args.json:

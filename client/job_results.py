@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from ..errors import LauncherError
 from ..server.redact import strip_control
-from .frames import DecodedVideo
+from .frames import DecodedVideo, VideoInfo
 
 
 @dataclass
@@ -48,13 +48,22 @@ class JobUpdate:
 
 @dataclass
 class GenerationResult:
-    """A finished job. timings: see VideoClient.generate."""
+    """A finished job. timings: see VideoClient.generate. `video` is None when the caller asked
+    for the MP4 only (generate(decode=False)); `info` (size, frames, fps) is always there."""
 
     job_id: str
     mp4: bytes = field(repr=False)
-    video: DecodedVideo
+    video: Optional[DecodedVideo]
     timings: dict[str, float]
     job: dict[str, Any] = field(default_factory=dict, repr=False)
+    probed: Optional[VideoInfo] = None
+
+    @property
+    def info(self) -> VideoInfo:
+        if self.video is not None:
+            return self.video.info
+        assert self.probed is not None, "a result without frames carries its probe"
+        return self.probed
 
 
 class GenerationCancelled(LauncherError):

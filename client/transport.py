@@ -18,7 +18,9 @@ Policy (modelled on ComfyUI's own API nodes):
   a stopped try has its TCP socket shut down, which ends the blocked read at once
   (abortable.py). A cancel therefore ends any read within about 0.1 s.
 * Bodies are read raw (no gzip: we ask for `identity`) into at most `max_body` bytes; a larger
-  Content-Length is refused before reading. Redirects are not followed.
+  Content-Length is refused before reading. Redirects are not followed. A download may go to a
+  `BodySink` instead of into the Reply, chunk by chunk as it arrives (client/body_buffer.py: the
+  video client decodes the MP4 while it downloads).
 * Waits between tries are cut into <= 0.25 s slices that check `should_cancel`.
 * The API key is sent as a Bearer header and scrubbed from every error and log line; a loopback
   server never goes through HTTP(S)_PROXY from the environment.
@@ -30,7 +32,7 @@ import ipaddress
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Protocol
 from urllib.parse import urlsplit
 
 import requests
@@ -52,7 +54,9 @@ log = logging.getLogger(__name__)
 CANCEL_CHECK_S = 0.25          # longest sleep between should_cancel checks while backing off
 SMALL_BODY_LIMIT = 1 << 20     # JSON answers (job status, model list): far above any real one
 ERROR_BODY_LIMIT = 64 << 10    # an error answer is read this far for its message, then cut
-CHUNK = 1 << 20
+CHUNK = 1 << 20                # read size of a body
+SINK_CHUNK = 256 << 10         # read size of a body going to a BodySink: a read returns once it is full,
+                               # and a decoder waiting on the sink should not wait for a whole MiB
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,20 @@ class Reply:
 
 class Cancelled(Exception):
     """should_cancel() turned true during a call (a read or a wait between tries)."""
+
+
+class BodySink(Protocol):
+    """Where an accepted answer's body goes instead of into the Reply (each try starts again)."""
+
+    def begin(self, status: int, headers: Mapping[str, str], size: Optional[int]) -> int:
+        """The answer's status line and headers are in (size: its Content-Length); returns the
+        file offset of the body's first byte, or raises to refuse the answer."""
+
+    def fill(self, offset: int, chunk: bytes) -> None:
+        """The next chunk of the body, at this file offset."""
+
+    def done(self, length: int) -> None:
+        """The body ended after `length` bytes (checked against a Content-Length)."""
 
 
 def sleep_checking(seconds: float, should_cancel: Optional[Callable[[], bool]],
@@ -198,13 +216,16 @@ class Transport:
                 retry: Optional[RetryPolicy] = None, deadlines: Optional[Deadlines] = None,
                 max_body: int = SMALL_BODY_LIMIT, large_body: bool = False, cap_reason: str = "",
                 job_id: Optional[str] = None, should_cancel: Optional[Callable[[], bool]] = None,
-                files: Optional[dict[str, Any]] = None) -> Reply:
+                files: Optional[dict[str, Any]] = None, headers: Optional[Mapping[str, str]] = None,
+                sink: Optional[BodySink] = None) -> Reply:
         """One call under the retry policy; returns the Reply whose status `ok` accepts.
 
         `large_body`: the body is a download bounded by deadlines.body_s (else it shares the
         first-byte deadline). `max_body`: cap on an accepted answer's body (`cap_reason` says
-        why in the error). Raises LauncherError (mapped), or Cancelled when should_cancel()
-        turns true during a read or a wait.
+        why in the error). `headers`: extra request headers (e.g. Range). `sink`: an accepted
+        answer's body goes there as it arrives (the Reply's body is then empty). Raises
+        LauncherError (mapped), or Cancelled when should_cancel() turns true during a read or a
+        wait; an exception the sink raises ends the call as it is.
         """
         url = self.base_url + path
         policy = retry or self.retry
@@ -216,7 +237,7 @@ class Transport:
             last = attempt > len(delays)
             try:
                 reply = self._try(method, url, limits, ok=ok, max_body=max_body, large_body=large_body,
-                                  should_cancel=should_cancel, files=files)
+                                  should_cancel=should_cancel, files=files, headers=headers, sink=sink)
             except requests.exceptions.RequestException as exc:
                 if last or not (idempotent or not_sent(exc)) or isinstance(exc, requests.exceptions.InvalidURL):
                     raise unreachable_error(self.base_url, exc, self._key, tries=attempt) from None
@@ -247,7 +268,8 @@ class Transport:
 
     def _try(self, method: str, url: str, limits: Deadlines, *, ok: Callable[[int], bool], max_body: int,
              large_body: bool, should_cancel: Optional[Callable[[], bool]],
-             files: Optional[dict[str, Any]]) -> Reply:
+             files: Optional[dict[str, Any]], headers: Optional[Mapping[str, str]],
+             sink: Optional[BodySink]) -> Reply:
         """One exchange on a worker thread, stopped on cancel or when a deadline passes."""
 
         def stop_reason(att: Attempt[Reply]) -> Optional[BaseException]:
@@ -259,12 +281,14 @@ class Transport:
                 return _DeadlinePassed("first_byte", limits.first_byte_s) if now > answer_by else None
             return _DeadlinePassed("body", limits.body_s) if now > att.headers_at + limits.body_s else None
 
-        return run_try(lambda att: self._exchange(att, method, url, limits, ok, max_body, files), stop_reason)
+        return run_try(lambda att: self._exchange(att, method, url, limits, ok, max_body, files, headers, sink),
+                       stop_reason)
 
     def _exchange(self, att: Attempt[Reply], method: str, url: str, limits: Deadlines, ok: Callable[[int], bool],
-                  max_body: int, files: Optional[dict[str, Any]]) -> Reply:
+                  max_body: int, files: Optional[dict[str, Any]], headers: Optional[Mapping[str, str]],
+                  sink: Optional[BodySink]) -> Reply:
         """Worker thread: send, read the headers, then the body up to its cap."""
-        resp = self.session.request(method, url, files=files, stream=True, allow_redirects=False,
+        resp = self.session.request(method, url, files=files, headers=headers, stream=True, allow_redirects=False,
                                     timeout=(limits.connect_s, limits.first_byte_s))
         att.headers_at = time.monotonic()
         try:
@@ -273,6 +297,13 @@ class Transport:
             announced = _content_length(resp.headers)
             if wanted and announced is not None and announced > limit:
                 raise _TooLarge(limit, announced, announced=True)
+            if wanted and sink is not None:
+                length = _read_into(resp.raw, sink, sink.begin(resp.status_code, resp.headers, announced), limit)
+                if announced is not None and length != announced:
+                    raise requests.exceptions.ConnectionError(
+                        f"the answer ended after {length} of the {announced} bytes it announced")
+                sink.done(length)
+                return Reply(resp.status_code, resp.headers, b"")
             body = _read_capped(resp.raw, limit, strict=wanted)
             if wanted and announced is not None and len(body) != announced:
                 raise requests.exceptions.ConnectionError(
@@ -290,18 +321,36 @@ def _content_length(headers: Mapping[str, str]) -> Optional[int]:
     return value if value >= 0 else None
 
 
+def _read_chunk(raw: Any, most: int, chunk: int = CHUNK) -> bytes:
+    """Up to `most` raw bytes of the body (b"" at its end), with urllib3's errors as requests'."""
+    try:
+        return raw.read(min(chunk, most), decode_content=False)
+    except urllib3.exceptions.ReadTimeoutError as exc:
+        raise requests.exceptions.ReadTimeout(exc) from exc
+    except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as exc:
+        raise requests.exceptions.ConnectionError(exc) from exc
+
+
+def _read_into(raw: Any, sink: BodySink, offset: int, limit: int) -> int:
+    """The raw body into `sink` from file offset `offset`; its length (never over `limit`)."""
+    size = 0
+    while True:
+        chunk = _read_chunk(raw, limit + 1 - size, SINK_CHUNK)
+        if not chunk:
+            return size
+        if size + len(chunk) > limit:
+            raise _TooLarge(limit, size + len(chunk), announced=False)
+        sink.fill(offset + size, chunk)
+        size += len(chunk)
+
+
 def _read_capped(raw: Any, limit: int, *, strict: bool) -> bytes:
     """The raw body, never holding more than limit + 1 bytes. Over the limit: _TooLarge when
     strict, else cut at the limit (an error answer only feeds a message)."""
     chunks: list[bytes] = []
     size = 0
     while True:
-        try:
-            chunk = raw.read(min(CHUNK, limit + 1 - size), decode_content=False)
-        except urllib3.exceptions.ReadTimeoutError as exc:
-            raise requests.exceptions.ReadTimeout(exc) from exc
-        except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as exc:
-            raise requests.exceptions.ConnectionError(exc) from exc
+        chunk = _read_chunk(raw, limit + 1 - size)
         if not chunk:
             return b"".join(chunks)
         chunks.append(chunk)

@@ -3,6 +3,7 @@
 Node ids carry the `VLLMOmni` prefix and never change: workflows store them.
 """
 from ..server import registry
+from .batch_node import GenerateBatch
 from .doctor_node import Doctor
 from .generate_node import GenerateVideo
 from .lora_nodes import LoraModel
@@ -16,6 +17,7 @@ _NODES = {
     "VLLMOmniLocalServer": (LocalServer, "vLLM-Omni Local Server"),
     "VLLMOmniRemoteServer": (RemoteServer, "vLLM-Omni Remote Server"),
     "VLLMOmniGenerateVideo": (GenerateVideo, "vLLM-Omni Generate Video"),
+    "VLLMOmniGenerateBatch": (GenerateBatch, "vLLM-Omni Generate Batch"),
     "VLLMOmniStopServer": (StopServer, "vLLM-Omni Stop Server"),
     "VLLMOmniServerStatus": (ServerStatus, "vLLM-Omni Server Status"),
     "VLLMOmniDoctor": (Doctor, "vLLM-Omni Doctor"),

@@ -43,8 +43,9 @@ class LoraModel:
     """Add one LoRA to the model; chain several nodes for several LoRAs (A14B: one per expert)."""
 
     DESCRIPTION = ("Adds a LoRA to the Wan2.2 model. Single .safetensors files (ComfyUI / lightx2v format) are "
-                   "fused into the server when it starts (vLLM-Omni 0.30; a change restarts the server; strength "
-                   "must be 1.0 and A14B needs one file per expert, or one for both); PEFT folders are applied "
+                   "fused into the server when it starts (vLLM-Omni 0.30; a change of file or strength restarts "
+                   "the server; a strength other than 1.0 fuses a scaled copy kept in the launcher's data dir; "
+                   "A14B needs one file per expert, or one for both); PEFT folders are applied "
                    "per request (0.26 and 0.30; any strength; one per request; no restart). The choice is "
                    "shown on Local Server.")
     CATEGORY = CATEGORY
@@ -60,9 +61,9 @@ class LoraModel:
             "lora_name": (sorted(_loras()), {
                 "tooltip": "a LoRA under ComfyUI/models/loras: a .safetensors file, or a PEFT folder (ends in /)"}),
             "strength": ("FLOAT", {"default": 1.0, "min": 0.0, "max": MAX_STRENGTH, "step": 0.05,
-                                   "tooltip": "LoRA strength; fused single-file LoRAs load at 1.0 only (their "
-                                              "own scale); PEFT folders take any value (2-3 on the high-noise "
-                                              "expert is common)"}),
+                                   "tooltip": "LoRA strength (2-3 on the high-noise expert is common); a "
+                                              "single-file LoRA at another value than 1.0 is fused from a "
+                                              "scaled copy, made once in the launcher's data dir"}),
             "expert": (list(EXPERTS), {
                 "default": "both",
                 "tooltip": "A14B: which expert it applies to (high_noise = early steps, low_noise = late steps); "

@@ -76,7 +76,8 @@ class ServingConfig:
     def INPUT_TYPES(cls):  # noqa: N802
         # Declared once, in ServingChoice (planner/launch_plan.py): types, choices, defaults and
         # tooltips; saved workflows store the values by position, in that declaration order.
-        return {"required": setting_inputs.widgets(settings_of(ServingChoice))}
+        # Widgets appended after a release (replicas) are optional inputs: missing, they take their default.
+        return setting_inputs.node_inputs(settings_of(ServingChoice))
 
     def configure(self, **widgets):
         return (ServingChoice(**{**widgets, "gpus": widgets["gpus"].strip() or "auto"}),)

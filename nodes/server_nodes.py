@@ -40,10 +40,12 @@ class LocalServer:
                     "model": (MODEL_TYPE, {"tooltip": "the model from Load Wan2.2 Model"}),
                     "serving": (SERVING_TYPE, {"tooltip": "GPUs, parallelism and memory settings from Serving "
                                                           "Config"})},
-                "hidden": {"unique_id": "UNIQUE_ID"}}
+                # PROMPT: the queued graph, whose Generate nodes' guidance the auto planner plans for
+                "hidden": {"unique_id": "UNIQUE_ID", "prompt": "PROMPT"}}
 
-    def start(self, model: ModelChoice, serving: ServingChoice, unique_id: Optional[str] = None):
-        return (session.start_local(model, serving, unique_id),)
+    def start(self, model: ModelChoice, serving: ServingChoice, unique_id: Optional[str] = None,
+              prompt: Optional[dict] = None):
+        return (session.start_local(model, serving, unique_id, prompt),)
 
 
 class RemoteServer:

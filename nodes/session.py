@@ -25,6 +25,7 @@ from ..errors import LauncherError
 from ..models import request_for
 from ..planner.doctor import run_doctor
 from ..planner.launch_plan import LaunchPlan
+from ..planner.speed_costs import cfg_runs, idle_cfg_warning
 from ..server import registry
 from ..server.loras import LoraPlan, plan_loras
 from ..server.local_config import LocalConfig, load_local_config, origin
@@ -33,13 +34,21 @@ from .handles import ModelChoice, RequestLimit, ServerHandle, ServingChoice
 
 USE_URL = "(use url)"        # Remote Server: no configured server picked, the url widget applies
 
+# Local Server plans before any request exists, so its `auto` plan assumes CFG on (the server's
+# default guidance is not 1). A job whose guidance turns CFG off on an auto-planned CFG-parallel
+# server re-plans (`_running_local`); the server it gets is remembered here, by the handle's
+# fingerprint, so the next jobs of that (cached) handle use it instead of starting the first plan again.
+_REPLANNED: dict[str, str] = {}
+
 
 # ----------------------------------------------------------------------------- local servers
-def start_local(model: ModelChoice, serving: ServingChoice, node_id: Optional[str]) -> ServerHandle:
-    """Start (or reuse) the server for these choices; the plan and the launch show on the node."""
+def start_local(model: ModelChoice, serving: ServingChoice, node_id: Optional[str],
+                prompt: Optional[dict[str, Any]] = None) -> ServerHandle:
+    """Start (or reuse) the server for these choices; the plan and the launch show on the node.
+    `prompt`: the queued prompt (ComfyUI's hidden PROMPT), whose job nodes say the guidance."""
     with progress.reporting(node_id, "Planning the launch") as reporter:
         config = load_local_config()
-        sup, plan, loras = _launch(model, serving, config, reporter)
+        sup, plan, loras = _launch(model, serving, config, reporter, cfg=_jobs_run_cfg(prompt, node_id, model))
         status = sup.status()
         text = status.text + (f"\n{status.fallback_note}" if status.fallback_note else "")
         text += "".join(f"\n{note}" for note in loras.notes)
@@ -49,17 +58,37 @@ def start_local(model: ModelChoice, serving: ServingChoice, node_id: Optional[st
                             model=model, serving=serving, limit=plan.limit, lora=loras.per_request)
 
 
+def _jobs_run_cfg(prompt: Optional[dict[str, Any]], node_id: Optional[str], model: ModelChoice) -> bool:
+    """Whether the jobs queued on this Local Server run CFG (`cfg_runs`), from the guidance widgets
+    of the nodes its output feeds in the queued prompt, filled in as their requests will be. True
+    where any may (a linked value, no such node): the server's default guidance is not 1."""
+    if not prompt or node_id is None:
+        return True
+    jobs = [n["inputs"] for n in prompt.values() if isinstance(n, dict) and isinstance(n.get("inputs"), dict)
+            and "guidance" in n["inputs"] and [str(node_id), 0] in n["inputs"].values()]
+    if not jobs:
+        return True
+    for inputs in jobs:
+        values = (inputs["guidance"], inputs.get("guidance_2", -1.0))
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            return True             # linked from another node: known only when the job runs
+        sent = request_for(model.family, prompt="-", guidance=values[0], guidance_2=values[1])
+        if cfg_runs(sent.guidance, sent.guidance_2):
+            return True
+    return False
+
+
 def _launch(model: ModelChoice, serving: ServingChoice, config: LocalConfig,
-            reporter: progress.NodeReporter) -> tuple[Any, LaunchPlan, LoraPlan]:
-    plan = serving.resolve(model.model, config)
+            reporter: progress.NodeReporter, cfg: bool = True) -> tuple[Any, LaunchPlan, LoraPlan]:
+    plan = serving.resolve(model.model, config, cfg=cfg)
     # Fused LoRAs are part of the server (its spec and fingerprint); per-request ones ride on the handle.
-    loras = plan_loras(model.loras, model.family, plan.server_version)
+    loras = plan_loras(model.loras, model.family, plan.server_version, config.data_dir)
     plan = replace(plan, spec=plan.spec.with_changes(lora=loras.startup))
     if plan.text:
         reporter.text(plan.text)
     if any(s.spec != plan.spec and s.spec.with_changes(lora=plan.spec.lora) == plan.spec
            for s in registry.all_servers()):
-        reporter.text("Restarting: LoRA changed (fused LoRAs are part of the server)")
+        reporter.text("Restarting: LoRA changed (fused LoRAs and their strengths are part of the server)")
     try:
         sup = registry.get_or_start(plan.spec, config, fallback=plan.fallback, on_status=reporter.launch_status,
                                     keep_alive_minutes=serving.keep_alive_minutes,
@@ -70,18 +99,36 @@ def _launch(model: ModelChoice, serving: ServingChoice, config: LocalConfig,
     return sup, plan, loras
 
 
-def _running_local(handle: ServerHandle, config: LocalConfig, reporter: progress.NodeReporter) -> Any:
-    """The live supervisor for a local handle, started again when it no longer runs."""
-    sup = registry.find(handle.server_id)
-    if sup is not None and sup.ready():
+def _running_local(handle: ServerHandle, config: LocalConfig, reporter: progress.NodeReporter,
+                   cfg: bool = True) -> Any:
+    """The live supervisor for a local handle, started again when it no longer runs, and planned
+    again for jobs without CFG (`cfg` False) when `auto` had picked CFG parallel for it."""
+    sup = registry.find(_server_id(handle))
+    replan = sup is not None and _auto(handle) and bool(idle_cfg_warning(sup.spec, cfg))
+    if sup is not None and sup.ready() and not replan:
         return sup
     if handle.model is None or handle.serving is None:
         raise LauncherError("The local server is not running", "it was stopped or died, and this handle does "
                             "not say how to start it", "connect a Local Server node and queue again",
                             setting="server")
-    reporter.text("The local server is not running (stopped, idle or crashed): starting it again")
-    sup, _, _ = _launch(handle.model, handle.serving, config, reporter)
+    reporter.text("This job runs no CFG (guidance 1), so CFG parallel would leave a GPU idle: parallel_mode "
+                  "auto plans again for it (a new plan restarts the server)" if replan else
+                  "The local server is not running (stopped, idle or crashed): starting it again")
+    sup, plan, _ = _launch(handle.model, handle.serving, config, reporter, cfg=cfg)
+    if plan.spec.fingerprint() == handle.server_id:
+        _REPLANNED.pop(handle.server_id, None)
+    else:
+        _REPLANNED[handle.server_id] = plan.spec.fingerprint()
     return sup
+
+
+def _server_id(handle: ServerHandle) -> str:
+    """The fingerprint of the server a local handle's jobs use now (re-planned or its own)."""
+    return _REPLANNED.get(handle.server_id, handle.server_id)
+
+
+def _auto(handle: ServerHandle) -> bool:
+    return handle.serving is not None and handle.serving.parallel_mode == "auto"
 
 
 # ----------------------------------------------------------------------------- remote servers
@@ -154,16 +201,8 @@ def generate_video(handle: ServerHandle, *, image: Any = None, node_id: Optional
     model's value (or the serving plan's, when the plan fits less than the model's default).
     The handle's per-request LoRA, the sampler and frame interpolation go with the request."""
     with progress.reporting(node_id, "Checking the request") as reporter:
-        widgets, note = _apply_limit(handle.limit, widgets)
-        png = image_to_png(comfy_bridge.image_to_uint8(image)) if image is not None else None
-        request = request_for(handle.family, image_png=png, **widgets)
-        if interpolation is not None and handle.kind == "remote":
-            raise LauncherError(
-                "Frame interpolation needs a local server", "its RIFE model path is a folder on this machine, "
-                "which a remote server cannot read", "set frame_interpolation to off, or use a Local Server",
-                setting="frame_interpolation")
-        request = replace(request, lora=handle.lora, sampler=sampler, interpolation=interpolation)
-        note = "\n".join(n for n in (note, _idle_cfg_note(handle, request)) if n)
+        request, note = build_request(handle, image=image, sampler=sampler, interpolation=interpolation,
+                                      **widgets)
         result = _run(handle, request, reporter)
         video = result.video
         reporter.text(f"Done: {video.num_frames} frames {video.width}x{video.height} at {video.fps:g} fps "
@@ -172,15 +211,28 @@ def generate_video(handle: ServerHandle, *, image: Any = None, node_id: Optional
                 comfy_bridge.make_video(result.mp4, video.fps))
 
 
+def build_request(handle: ServerHandle, *, image: Any = None, sampler: Optional[str] = None,
+                  interpolation: Optional[FrameInterpolation] = None, **widgets: Any) -> tuple[Any, str]:
+    """Generate Video's widgets as one checked VideoRequest for this handle (the plan's limit, the
+    start image, the handle's per-request LoRA, sampler, interpolation) and the note for the Done
+    line. Generate Batch builds its requests from this one too."""
+    widgets, note = _apply_limit(handle.limit, widgets)
+    png = image_to_png(comfy_bridge.image_to_uint8(image)) if image is not None else None
+    request = request_for(handle.family, image_png=png, **widgets)
+    if interpolation is not None and handle.kind == "remote":
+        raise LauncherError(
+            "Frame interpolation needs a local server", "its RIFE model path is a folder on this machine, "
+            "which a remote server cannot read", "set frame_interpolation to off, or use a Local Server",
+            setting="frame_interpolation")
+    request = replace(request, lora=handle.lora, sampler=sampler, interpolation=interpolation)
+    return request, "\n".join(n for n in (note, _idle_cfg_note(handle, request)) if n)
+
+
 def _idle_cfg_note(handle: ServerHandle, request: Any) -> str:
-    """At guidance 1 (distill LoRAs) there is no CFG, so a CFG-parallel server leaves a GPU idle."""
-    sup = registry.find(handle.server_id) if handle.kind == "local" else None
-    no_cfg = (request.guidance is not None and request.guidance <= 1
-              and (request.guidance_2 is None or request.guidance_2 <= 1))
-    if sup is None or not no_cfg or sup.spec.parallel.mode != "cfg":
-        return ""
-    return ("CFG parallel does nothing at guidance 1 (no CFG): the second GPU idled. Set Serving Config's "
-            "parallel_mode to ulysses (or ring / tensor) for this workflow")
+    """At guidance 1 (distill LoRAs) there is no CFG, so a CFG-parallel server leaves a GPU idle:
+    say so where the user chose CFG parallel (with `auto`, the job re-plans instead)."""
+    sup = registry.find(_server_id(handle)) if handle.kind == "local" and not _auto(handle) else None
+    return "" if sup is None else idle_cfg_warning(sup.spec, cfg_runs(request.guidance, request.guidance_2))
 
 
 def _apply_limit(limit: Optional[RequestLimit], widgets: dict[str, Any]) -> tuple[dict[str, Any], str]:
@@ -188,13 +240,27 @@ def _apply_limit(limit: Optional[RequestLimit], widgets: dict[str, Any]) -> tupl
     return (widgets, "") if limit is None else limit.apply(widgets)
 
 
-def _run(handle: ServerHandle, request: Any, reporter: progress.NodeReporter) -> GenerationResult:
+def job_client(handle: ServerHandle, reporter: progress.NodeReporter,
+               cfg: bool = True) -> tuple[VideoClient, Any]:
+    """A client for the handle's server (a local one that no longer runs is started again, with
+    its launch on this node; `cfg`: whether the jobs run CFG, see `_running_local`) and that
+    server's supervisor (None: remote). The key comes from the registry or the local config,
+    never from the handle."""
     config = load_local_config()
-    sup = _running_local(handle, config, reporter) if handle.kind == "local" else None
+    sup = _running_local(handle, config, reporter, cfg) if handle.kind == "local" else None
     if sup is not None:
         url, key, version = sup.url, sup.api_key, sup.server_version
     else:
         (url, key), version = _remote_key(handle, config), handle.server_version
+    client = VideoClient(url, api_key=key, served_name=handle.served_name, server_version=version,
+                         deadlines=Deadlines.from_config(config),
+                         log_hint=LOCAL_LOG_HINT if sup is not None else REMOTE_LOG_HINT)
+    return client, sup
+
+
+def _run(handle: ServerHandle, request: Any, reporter: progress.NodeReporter) -> GenerationResult:
+    client, sup = job_client(handle, reporter, cfg_runs(request.guidance, request.guidance_2))
+    url = client.base_url
     units = progress.work_units(request.width, request.height, request.num_frames, request.steps)
     last = sup.progress() if sup is not None else None
     tracker = progress.JobProgress(
@@ -208,9 +274,6 @@ def _run(handle: ServerHandle, request: Any, reporter: progress.NodeReporter) ->
         tracker.on_update(update)
 
     reporter.text("Submitting the job")
-    client = VideoClient(url, api_key=key, served_name=handle.served_name, server_version=version,
-                         deadlines=Deadlines.from_config(config),
-                         log_hint=LOCAL_LOG_HINT if sup is not None else REMOTE_LOG_HINT)
     try:
         with client:
             result = client.generate(request, on_update=on_update, should_cancel=reporter.cancel_requested,
@@ -255,7 +318,7 @@ def server_report(handle: Optional[ServerHandle], node_id: Optional[str]) -> dic
     """Phase, GPUs, URL and last error of launcher-started servers (or of the one given)."""
     servers = registry.all_servers()
     if handle is not None and handle.kind == "local":
-        found = registry.find(handle.server_id)
+        found = registry.find(_server_id(handle))
         servers = [found] if found is not None else []
     lines = []
     for sup in servers:
@@ -283,7 +346,7 @@ def stop_servers(handle: Optional[ServerHandle], stop_all: bool, node_id: Option
         registry.stop_all()
         report = f"Stopped {count} server(s)." if count else "No launcher-started server was running."
     else:
-        stopped = registry.stop(handle.server_id)
+        stopped = registry.stop(_server_id(handle))
         report = f"Stopped the server for {handle.served_name}." if stopped else \
             f"No running server for {handle.served_name}."
     return show(report, node_id)

@@ -30,3 +30,18 @@ def widgets(settings: Iterable[Setting]) -> dict[str, tuple[Any, dict[str, Any]]
     """The inputs for `settings`, by name, in their declaration order (saved workflows store widget
     values by position, so that order is part of the format)."""
     return {s.name: widget(s) for s in settings}
+
+
+def node_inputs(settings: Iterable[Setting]) -> dict[str, dict[str, tuple[Any, dict[str, Any]]]]:
+    """A node's INPUT_TYPES for `settings`: those declared `appended=True` (widgets added after a
+    release) are optional inputs, so an API prompt saved before them still validates (ComfyUI
+    refuses a prompt that lacks a required input) and the node uses the declared default; they
+    come last, after the required ones, as the declaration order has them."""
+    listed = list(settings)
+    appended = [s for s in listed if s.extra.get("appended")]
+    if appended and listed[-len(appended):] != appended:
+        raise TypeError("appended settings must be declared after all the others")
+    out = {"required": widgets(s for s in listed if not s.extra.get("appended"))}
+    if appended:
+        out["optional"] = widgets(appended)
+    return out

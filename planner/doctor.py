@@ -22,7 +22,7 @@ from ..errors import LauncherError
 from ..models import FAMILIES, family_for
 from ..server import hf_cache
 from ..server.local_config import LocalConfig, load_local_config
-from ..server.loras import find_loras, serving_note
+from ..server.loras import STARTUP_SINCE, find_loras, serving_note
 from .doctor_env import check_server_env, major_minor
 from .doctor_report import OK, PROBLEM, UNCHECKED, WARNING, Check, DoctorReport
 from .gpus import GIB, GpuInfo, load_nvml, peer_status, processes_on_gpus, query_gpus
@@ -100,24 +100,30 @@ def _check_gpus(nvml: Any) -> tuple[list[Check], list[GpuInfo], list[dict[str, A
 
 
 def _check_loras(roots: Sequence[Path], version: Optional[tuple[int, int]]) -> Check:
-    """The LoRAs under `roots` and whether the server environment's vLLM-Omni can serve each."""
+    """The LoRAs under `roots` (each file and PEFT folder, by the name the LoRA node lists) and how
+    the server environment's vLLM-Omni serves each: fused at startup, per request, or not, and why
+    (server/loras.py `serving_note`, the rule the launch itself follows)."""
     found = find_loras(roots)
+    missing = [str(r) for r in roots if not Path(r).is_dir()]
+    absent = f" ({', '.join(missing)}: not a folder)" if missing else ""
     if not found:
-        return Check("loras", OK, "no LoRAs under " + ", ".join(str(r) for r in roots))
+        return Check("loras", WARNING if missing else OK, "no LoRAs under " + ", ".join(str(r) for r in roots)
+                     + absent, "check the LoRA folder path" if missing else "")
     if version is None:
-        return Check("loras", UNCHECKED, f"{len(found)} LoRA(s) found; the server's vLLM-Omni version is "
-                     "unknown, so whether each can be served was not checked", details={"loras": sorted(found)})
-    lines, bad = [], []
+        return Check("loras", UNCHECKED, f"{len(found)} LoRA(s) found{absent}; the server's vLLM-Omni version is "
+                     "unknown, so whether each can be served was not checked: " + ", ".join(sorted(found)),
+                     "set up the server environment (`setup`), then run the doctor again",
+                     details={"loras": [{"name": n, "path": str(p)} for n, p in sorted(found.items())]})
+    rows = []
     for name, path in sorted(found.items()):
         servable, how = serving_note(path, version)
-        lines.append(f"{name}: {how}")
-        if not servable:
-            bad.append(name)
-    status = WARNING if bad else OK
-    fix = ("upgrade the server environment to vLLM-Omni 0.30 to fuse single-file LoRAs, or use PEFT folders"
-           if bad else "")
-    return Check("loras", status, f"{len(found)} LoRA(s), vLLM-Omni {version[0]}.{version[1]}: "
-                 + "; ".join(lines), fix, details={"loras": lines})
+        rows.append({"name": name, "path": str(path), "servable": servable, "how": how})
+    bad = [r for r in rows if not r["servable"]]
+    fix = "" if not bad else ("upgrade the server environment to vLLM-Omni 0.30 to fuse single-file LoRAs, or "
+                              "use PEFT folders" if version < STARTUP_SINCE else "replace the LoRAs marked as not servable")
+    listing = "".join(f"\n  {r['name']}: {r['how']}" for r in rows)
+    return Check("loras", WARNING if bad else OK, f"{len(found)} LoRA(s), vLLM-Omni {version[0]}.{version[1]}"
+                 f"{absent}:{listing}", fix, details={"loras": rows})
 
 
 def hf_cache_dir(config: Optional[LocalConfig] = None) -> Path:

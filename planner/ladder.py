@@ -241,9 +241,9 @@ def build_ladder(base: LaunchSpec, gpus: Sequence[GpuInfo], request: RequestShap
         "1 GPU + module offload", "text encoder and experts swapped over PCIe (seconds per request)")
     add(_with(base, one, ParallelConfig(), MemoryConfig(offload="layerwise", **keep_mem)),
         "1 GPU + layerwise offload", "DiT blocks streamed from host RAM behind the compute (single-card only)")
-    rungs.sort(key=lambda r: speed_cost(r.spec))   # stable: ties keep the order above
+    rungs.sort(key=lambda r: speed_cost(r.spec, request.cfg))   # stable: ties keep the order above
     for r in rungs:
-        r.speed += f"; {cost_text(speed_cost(r.spec))}"
+        r.speed += f"; {cost_text(speed_cost(r.spec, request.cfg))}"
     if geforce_no_p2p:
         def order(r: Rung) -> int:
             p, off = r.spec.parallel, r.spec.memory.offload

@@ -30,7 +30,10 @@ from ..server.settings import like, setting
 from ..server.spec import (CacheBackend, LaunchSpec, MemoryConfig, OffloadMode, ParallelConfig, ParallelMode,
                            RuntimeConfig, parse_gpus)
 from .gpus import parse_gpu_memory, query_gpus, visible_indices
+from . import replica_plan
 from .ladder import recommend
+from .memory import RequestShape
+from .speed_costs import idle_cfg_warning
 from .step_down import step_down
 
 Fallback = Callable[[LaunchSpec, str], Optional[tuple[LaunchSpec, str]]]
@@ -103,6 +106,8 @@ class ServingChoice:
     keep_alive_minutes: int = setting(0, "stop the server after this many idle minutes to free the GPUs "
                                          "(0 = keep it running); the next job starts it again", min=0, max=1440)
     auto_fallback: bool = setting(True, "on out-of-memory, step down to a leaner configuration and retry by itself")
+    replicas: int = like(LaunchSpec, "replicas", note="with auto, the planner plans one copy on gpus / replicas "
+                         "GPUs; the GPUs themselves are what the gpus widget and this machine allow", appended=True)
 
     def base_spec(self, model: str, config: LocalConfig) -> LaunchSpec:
         """The explicit settings as a spec (for `auto`, the planner's starting point)."""
@@ -115,13 +120,14 @@ class ServingChoice:
             memory=MemoryConfig(offload=self.offload, quantization="fp8" if self.fp8 else "none",
                                 vae_tiling=self.vae_tiling),
             runtime=RuntimeConfig(cache_backend=self.cache_backend, enforce_eager=not self.compile),
-            host=config.host, port=config.port)
+            replicas=self.replicas, host=config.host, port=config.port)
 
-    def resolve(self, model: str, config: LocalConfig) -> LaunchPlan:
-        """This choice for `model`, resolved (see `resolve_launch`)."""
+    def resolve(self, model: str, config: LocalConfig, queued_jobs: int = 1, cfg: bool = True) -> LaunchPlan:
+        """This choice for `model`, resolved (see `resolve_launch`; `queued_jobs`: a batch about to be queued;
+        `cfg`: whether the jobs run CFG)."""
         return resolve_launch(self.base_spec(model, config), config, gpus=self.gpus,
                               auto=self.parallel_mode == "auto", allow_fp8=self.fp8,
-                              auto_fallback=self.auto_fallback)
+                              auto_fallback=self.auto_fallback, queued_jobs=queued_jobs, cfg=cfg)
 
 
 def gpu_memory() -> tuple[list[int], list[float], str]:
@@ -156,27 +162,40 @@ def select_gpus(text: str, visible: list[int]) -> Optional[tuple[int, ...]]:
 
 def resolve_launch(base: LaunchSpec, config: LocalConfig, *, gpus: str = "all", auto: bool = False,
                    allow_fp8: bool = False, auto_fallback: bool = False,
-                   server_version: Optional[Version] = None) -> LaunchPlan:
+                   server_version: Optional[Version] = None, queued_jobs: int = 1, cfg: bool = True) -> LaunchPlan:
     """The validated spec for these choices, planned when `auto`.
 
     base: the explicit settings (with `auto`, only its runtime, network and extra flags are kept).
     gpus: the GPU selection text (`select_gpus`); `base.gpus` is replaced by it.
     server_version: the version to validate against; None checks the server environment's pair
     (refusing a missing or mismatched one before anything starts).
+    queued_jobs: how many jobs the caller is about to queue (a batch); with `auto`, 2 or more on
+    several GPUs makes the planner's text suggest replicas where one GPU fits the model.
+    cfg: whether the jobs run CFG (`speed_costs.cfg_runs` of their guidance; True when unknown, as
+    the server's default guidance is not 1). Without CFG, `auto` never picks CFG parallel (it
+    would idle a GPU) and an explicit CFG-parallel choice gets a warning naming the better one.
     """
     visible, sizes, source = gpu_memory()
     base = replace(base, gpus=select_gpus(gpus, visible))
     text = ""
     limit: Optional[RequestLimit] = None
     spec = base
+    pool = replica_plan.gpu_pool(visible, sizes, bool(os.environ.get(GPU_MEMORY_ENV)))
     if auto and sizes:
         chosen = sizes if base.gpus is None else [sizes[visible.index(g)] for g in base.gpus if g in visible]
-        rec = recommend(base, gpus=chosen if os.environ.get(GPU_MEMORY_ENV) else None, allow_fp8=allow_fp8)
+        planner = replica_plan.recommend_for if base.replicas > 1 else recommend   # per replica, or one
+        rec = planner(base, request=replace(RequestShape.default_for(base.family), cfg=cfg),
+                      gpus=chosen if os.environ.get(GPU_MEMORY_ENV) else None, allow_fp8=allow_fp8)
         if rec.spec is None:
             raise LauncherError("No serving configuration fits these GPUs", rec.reason,
                                 "use a smaller model (TI2V-5B), fewer frames or a smaller size, or more GPUs",
                                 setting="serving", raw=rec.text())
         spec, text = rec.spec, rec.text()
+        ids = list(base.gpus or visible)
+        if queued_jobs > 1 and len(ids) > 1:
+            advice = replica_plan.replica_advice(spec, len(ids), queued_jobs,
+                                                 replica_plan.one_gpu_fits(base, ids[0], pool))
+            text += f"\n{advice}" if advice else ""
         if rec.reduced:
             req = rec.request
             limit = RequestLimit(req.width, req.height, req.frames,
@@ -187,11 +206,20 @@ def resolve_launch(base: LaunchSpec, config: LocalConfig, *, gpus: str = "all", 
         text = f"auto: {source}; starting on one GPU without offload (the planner needs GPU memory sizes)"
     version = versions.checked_server_version(config) if server_version is None else server_version
     warnings = spec.validate(visible_gpus=len(visible) or None, version=version)
+    warnings += [w for w in (idle_cfg_warning(spec, cfg),) if w]
+    if spec.replicas > 1 and sizes and not auto:
+        misfits = replica_plan.plan_replicas(spec, list(spec.gpus or visible), pool=pool).misfits()
+        warnings += [f"The memory plan says {m} does not fit: expect an out-of-memory start; parallel mode "
+                     "auto plans each replica" for m in misfits]
 
     fallback: Optional[Fallback] = None
     if auto_fallback and sizes:
         def fallback(failed: LaunchSpec, kind: str) -> Optional[tuple[LaunchSpec, str]]:
             ids = failed.gpus if failed.gpus is not None else tuple(visible)
+            why = "oom_load" if kind == "oom_load" else "oom"
+            if failed.replicas > 1:    # each replica steps down alike, on its own GPUs
+                return replica_plan.per_replica(failed, ids, lambda one, grp: step_down(
+                    one, why, [sizes[visible.index(i)] for i in grp if i in visible] or sizes))
             mem = [sizes[visible.index(i)] for i in ids if i in visible] or sizes
-            return step_down(failed, "oom_load" if kind == "oom_load" else "oom", mem)
+            return step_down(failed, why, mem)
     return LaunchPlan(spec, text, fallback, limit, warnings, version)

@@ -3,8 +3,15 @@
 `build_ladder` (planner/ladder.py) sorts its rungs (stably) by `speed_cost`, so "fastest that
 fits" follows measured costs rather than a fixed order. The numbers, and the runs they come
 from, are beside `SPEED_COSTS`; `cost_text` is how a rung's speed note says it.
+
+CFG parallel splits the two CFG branches over two GPUs, so its speed depends on the guidance
+the jobs run: `cfg_runs` is the one place that decides whether a job runs CFG, and the
+planner (`speed_cost`, the ladder, `resolve_launch`), the launch warnings and Generate Video's
+note (`idle_cfg_warning`) all ask it.
 """
 from __future__ import annotations
+
+from typing import Optional
 
 from ..server.spec import LaunchSpec
 
@@ -27,10 +34,38 @@ SPEED_COSTS: dict[str, float] = {
 }
 
 
-def speed_cost(spec: LaunchSpec) -> float:
-    """Expected engine time of `spec` relative to one GPU without offload (from `SPEED_COSTS`)."""
+def cfg_runs(guidance: Optional[float], guidance_2: Optional[float] = None) -> bool:
+    """Whether a job runs classifier-free guidance (a negative branch), from the guidance values
+    as sent (None: not sent).
+
+    vLLM-Omni's Wan2.2 pipelines (0.26 and 0.30, `pipeline_wan2_2*.py`) run the negative branch
+    only when `guidance_low > 1.0 or guidance_high > 1.0`: a request without guidance_scale gets
+    the pipeline's default (4.0: CFG on), one without guidance_scale_2 uses guidance_scale for
+    both A14B experts. So CFG is off only when every expert's guidance is at most 1 (the 4-step
+    distill LoRAs), and then CFG parallel leaves its second GPU idle.
+    """
+    if guidance is None:
+        return True
+    return guidance > 1.0 or (guidance_2 is not None and guidance_2 > 1.0)
+
+
+def idle_cfg_warning(spec: LaunchSpec, cfg: bool) -> str:
+    """What to tell the user when `spec` is CFG parallel and the jobs run no CFG ("" otherwise):
+    the widget to change and the better choice."""
+    if cfg or spec.parallel.mode != "cfg":
+        return ""
+    return ("CFG parallel does nothing at guidance 1 (no CFG): upstream runs the one branch and the second GPU "
+            "idles. Set Serving Config's parallel_mode to ulysses (or ring / tensor; CLI: --parallel ulysses=2), "
+            "or to auto, which plans for the guidance the job runs")
+
+
+def speed_cost(spec: LaunchSpec, cfg: bool = True) -> float:
+    """Expected engine time of `spec` relative to one GPU without offload (from `SPEED_COSTS`),
+    for jobs that run CFG (`cfg`, see `cfg_runs`) or not: without CFG, CFG parallel runs at the
+    speed of one GPU while holding two."""
     p, m = spec.parallel, spec.memory
-    cost = SPEED_COSTS[f"offload_{m.offload}"] * SPEED_COSTS.get(f"parallel_{p.mode}", 1.0)
+    mode = "none" if p.mode == "cfg" and not cfg else p.mode
+    cost = SPEED_COSTS[f"offload_{m.offload}"] * SPEED_COSTS.get(f"parallel_{mode}", 1.0)
     if p.hsdp or p.mode == "hsdp":
         cost *= SPEED_COSTS["hsdp"]
     if m.vae_tiling:

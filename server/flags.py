@@ -83,7 +83,14 @@ OWNED_FLAGS: dict[str, str] = {
     "--cache-backend": "cache backend", "--enforce-eager": "compile off (enforce eager)",
     "--boundary-ratio": "boundary ratio", "--flow-shift": "flow shift",
     "--served-model-name": "served model name", "--ulysses-mode": "ulysses mode",
+    "--stage-overrides": "replicas (the launcher writes the stage override for them)",
+    "--omni-dp-size-local": "replicas (on one machine: the launcher's replicas setting)",
 }
+
+# The first vLLM-Omni line whose Wan2.2 pipelines declare request batching (supports_request_batch):
+# on 0.26 a --max-num-seqs above 1 makes the engine refuse to start ("... does not support
+# request-level batching. Use max_num_seqs=1 ...", diffusion_engine.py).
+WAN_BATCHING_SINCE: Version = (0, 30)
 
 
 def check_extra_flags(extra_flags: Sequence[str], version: Version) -> None:
@@ -127,8 +134,28 @@ def check_extra_flags(extra_flags: Sequence[str], version: Version) -> None:
             if spec.choices and value not in spec.choices:
                 raise SpecError(f"{name} {value} is not valid", f"allowed: {', '.join(spec.choices)}",
                                 f"use {name}={spec.choices[0]}", setting="extra_flags")
+            if name == "--max-num-seqs":
+                _check_batch_width(value, version)
         elif has_inline:
             raise SpecError(f"Flag {name} takes no value", "it is a switch", f"write it as {name}",
                             setting="extra_flags")
         i += 1
 
+
+
+def _check_batch_width(value: str, version: Version) -> None:
+    """--max-num-seqs is a whole number >= 1, and above 1 only where the Wan pipelines can batch."""
+    try:
+        width = int(value)
+    except ValueError:
+        width = 0
+    if width < 1:
+        raise SpecError(f"--max-num-seqs {value} is not valid", "it is the number of requests one forward "
+                        "may carry, a whole number >= 1", "write e.g. --max-num-seqs=2", setting="extra_flags")
+    if width > 1 and version < WAN_BATCHING_SINCE:
+        since = ".".join(map(str, WAN_BATCHING_SINCE))
+        raise SpecError(f"--max-num-seqs {width} needs vLLM-Omni {since} or newer for Wan2.2",
+                        f"the server environment runs {version[0]}.{version[1]}, whose Wan pipelines do not "
+                        "support request batching: the engine refuses to start with max_num_seqs > 1",
+                        f"remove --max-num-seqs (or set it to 1), or upgrade the server environment to {since} "
+                        "(python -m vllm_omni_launcher setup)", setting="extra_flags")

@@ -105,6 +105,9 @@ class LocalConfig:
     first_byte_timeout_s: float = setting(30.0, "deadline for a server's first response byte", check=_positive)
     body_timeout_s: float = setting(600.0, "deadline for a whole response body (video downloads)",
                                      check=_positive)
+    max_batch_clips: int = setting(8, "most clips one Generate Batch node may ask for (prompts x batch_count): "
+                                   "every decoded clip is held in memory until the node returns (TI2V-5B "
+                                   "1280x704x121 is 1.3 GB)", check=_positive, example=16)
     remote_servers: dict[str, RemoteServer] = setting(
         {}, "servers elsewhere, by name: `{\"gpu-box\": {\"url\": \"http://gpu-box:8091\", \"api_key\": \"...\"}}` "
         "(or `\"api_key_env\": \"VAR\"`); a key is sent only to its server's origin. The variables name one server "

@@ -8,9 +8,10 @@ Upstream facts (checked in the vLLM-Omni 0.30 wheel; 0.26 has no startup LoRA at
   one file, A14B exactly two (`transformer` = high-noise expert first, `transformer_2` = low-noise
   second). ComfyUI / original-Wan keys (`diffusion_model.*`, lora_down/lora_up/alpha) are
   converted by diffusers' Wan converter; Diffusers keys load as they are. The file is fused at
-  its own scale: `--lora-scale` does not apply to distill (the loader adds B@A unscaled). A
-  PEFT folder does not load there. Fused weights are part of the server, so a change means a
-  new server (they are in the LaunchSpec, hence in its fingerprint).
+  its own scale: `--lora-scale` does not apply to distill (the loader adds B@A unscaled), so
+  another strength is served by fusing a scaled copy of the file (server/lora_files.py). A
+  PEFT folder does not load there. Fused weights are part of the server, so a change (of a
+  file or a strength) means a new server (they are in the LaunchSpec, hence in its fingerprint).
 * Startup, 0.30: `--lora-backend peft --lora-path DIR` only pre-loads an adapter: every request
   without a `lora` field switches all adapters off again (`set_active_adapter(None)`), so the
   launcher never uses it.
@@ -25,7 +26,6 @@ express is refused here with the fix, before anything starts.
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +35,8 @@ from ..client.request import RequestLora
 from ..errors import LauncherError, SpecError
 from ..models import WanFamily, family_for
 from .flags import Version
+from .local_config import load_local_config
+from .lora_files import read_header, scaled_lora, unscalable
 from .settings import options, setting
 
 Expert = Literal["both", "high_noise", "low_noise"]
@@ -117,9 +119,11 @@ def lora_format(path: Path) -> LoraFormat:
         setting="lora_name")
 
 
-def plan_loras(entries: Sequence[LoraEntry], family: WanFamily, version: Version) -> LoraPlan:
+def plan_loras(entries: Sequence[LoraEntry], family: WanFamily, version: Version,
+               data_dir: Optional[str] = None) -> LoraPlan:
     """Decide how `entries` are served by a server of `version` for `family`. Raises LauncherError
-    (naming the LoRA widget) where no way exists."""
+    (naming the LoRA widget) where no way exists. A fused LoRA at a strength other than 1 is
+    served from a scaled copy, made here in `data_dir` (None: the local config's)."""
     if not entries:
         return LoraPlan()
     for e in entries:
@@ -131,7 +135,7 @@ def plan_loras(entries: Sequence[LoraEntry], family: WanFamily, version: Version
     if formats == {"peft"}:
         return _per_request(entries, family)
     if formats == {"file"}:
-        return _fused(entries, family, version)
+        return _fused(entries, family, version, data_dir)
     raise LauncherError(
         "PEFT folders and single-file LoRAs cannot be combined",
         "single files are fused into the model at startup, PEFT folders are applied per request, and the "
@@ -158,29 +162,26 @@ def _per_request(entries: Sequence[LoraEntry], family: WanFamily) -> LoraPlan:
                                              f"{gib:.2f} GiB more per GPU once used)",))
 
 
-def _fused(entries: Sequence[LoraEntry], family: WanFamily, version: Version) -> LoraPlan:
+def _fused(entries: Sequence[LoraEntry], family: WanFamily, version: Version, data_dir: Optional[str]) -> LoraPlan:
     if version < STARTUP_SINCE:
         raise LauncherError(
             f"vLLM-Omni {version[0]}.{version[1]} cannot load single-file LoRAs",
             "0.26 has only the per-request LoRA, which loads PEFT folders; fusing a .safetensors LoRA at "
             "startup is new in 0.30", "upgrade the server environment to vLLM-Omni 0.30, or use a PEFT folder",
             setting="lora_name")
-    for e in entries:
-        if abs(float(e.strength) - 1.0) > 1e-9:
-            raise LauncherError(
-                f"Fused LoRA '{e.name}' cannot have strength {e.strength:g}",
-                "vLLM-Omni fuses single-file LoRAs at the file's own scale (its --lora-scale applies only "
-                "to PEFT adapters)", "set strength to 1.0, or use a PEFT folder for another strength",
-                setting="strength")
-    paths = _paths_by_expert(entries, family)
-    names = ", ".join(f"{e.name} ({e.expert.replace('_', '-')})" if family.experts == 2 else e.name
-                      for e in entries)
+    _paths_by_expert(entries, family, [e.path for e in entries])          # refuse a bad set before any copy
+    files = [e.path if float(e.strength) == 1.0 else
+             str(scaled_lora(Path(e.path).resolve(), float(e.strength), data_dir or load_local_config().data_dir))
+             for e in entries]
+    paths = _paths_by_expert(entries, family, files)
+    names = ", ".join((f"{e.name} ({e.expert.replace('_', '-')})" if family.experts == 2 else e.name)
+                      + (f" x{e.strength:g} (a scaled copy)" if float(e.strength) != 1.0 else "") for e in entries)
     return LoraPlan(startup=StartupLora(tuple(paths)), notes=(f"LoRA {names}: fused at startup",))
 
 
-def _paths_by_expert(entries: Sequence[LoraEntry], family: WanFamily) -> list[str]:
-    """One path per transformer, in upstream's order (high-noise, low-noise)."""
-    paths = [str(Path(e.path).resolve()) for e in entries]
+def _paths_by_expert(entries: Sequence[LoraEntry], family: WanFamily, files: Sequence[str]) -> list[str]:
+    """One of `files` (entry i's file to fuse) per transformer, in upstream's order (high-noise, low-noise)."""
+    paths = [str(Path(f).resolve()) for f in files]
     if family.experts == 1:
         if len(entries) != 1:
             raise LauncherError(f"{len(entries)} LoRA files chained for {family.label}",
@@ -246,18 +247,21 @@ def serving_note(path: Path, version: Version) -> tuple[bool, str]:
     if version < STARTUP_SINCE:
         return False, (f"single file: vLLM-Omni {version[0]}.{version[1]} cannot load it (fusing at startup is "
                        "new in 0.30; convert it to a PEFT folder or upgrade)")
-    return True, "single file: fused at startup (strength 1.0; a change restarts the server)"
+    try:
+        why = unscalable(read_header(path))
+    except LauncherError as exc:
+        return False, f"single file: {exc.what} ({exc.why})"
+    strengths = "strength 1.0 only: " + why if why else "any strength; other than 1.0 from a scaled copy"
+    return True, f"single file: fused at startup ({strengths}; a change restarts the server)"
 
 
 def adapter_gpu_gib(lora: RequestLora, family: WanFamily) -> float:
     """GPU memory of a per-request PEFT adapter: its A/B matrices in bf16, in every expert it binds
     (names without a `transformer.` / `transformer_2.` component bind in each A14B expert). Read
     from the safetensors header only."""
-    header = _safetensors_header(Path(lora.path) / PEFT_WEIGHTS)
+    header = read_header(Path(lora.path) / PEFT_WEIGHTS)
     numel, scoped = 0, True
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
+    for name, info in header.tensors.items():
         count = 1
         for dim in info.get("shape", ()):
             count *= int(dim)
@@ -266,15 +270,6 @@ def adapter_gpu_gib(lora: RequestLora, family: WanFamily) -> float:
         scoped = scoped and module.startswith(("transformer.", "transformer_2."))
     experts = 1 if scoped else family.experts
     return numel * 2 * experts / 2**30
-
-
-def _safetensors_header(path: Path) -> dict:
-    with open(path, "rb") as f:
-        size = int.from_bytes(f.read(8), "little")
-        if not 0 < size <= 100 * 2**20:
-            raise LauncherError(f"{path.name} is not a safetensors file", "its header length is not plausible",
-                                "pick another LoRA", setting="lora_name")
-        return json.loads(f.read(size))
 
 
 def parse_cli_loras(values: Sequence[str], experts: Sequence[str], family: WanFamily) -> list[LoraEntry]:
@@ -341,5 +336,5 @@ def request_lora_from_cli(value: str, family: WanFamily) -> RequestLora:
     return plan.per_request
 
 
-__all__ = ["EXPERTS", "Expert", "LoraEntry", "LoraPlan", "MAX_STRENGTH", "StartupLora", "find_loras",
+__all__ = ["EXPERTS", "Expert", "LoraEntry", "LoraPlan", "MAX_STRENGTH", "STARTUP_SINCE", "StartupLora", "find_loras",
            "adapter_gpu_gib", "lora_format", "parse_cli_loras", "serving_note", "plan_loras", "request_lora_from_cli", "startup_from_cli"]

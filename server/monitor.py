@@ -1,7 +1,8 @@
 """The thread that watches a ready server and tells its supervisor what happened.
 
-Once a server is ready, four things can need action, and the monitor notices each of them:
-the process exited (a crash after ready), `/health` has failed for `hang_timeout_s` while
+Once a server is ready, five things can need action, and the monitor notices each of them:
+the process exited (a crash after ready), one of its replica processes exited (upstream
+neither restarts it nor fails `/health`: replicas.py), `/health` has failed for `hang_timeout_s` while
 the process lives (a hung engine), no job has touched it for the keep-alive time (idle),
 or a request was queued from another thread (restart after a job ran out of memory, or
 after a hard cancel; queued so the slow restart never runs on a log-parsing or node
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Optional, Protocol
 from . import timeouts
 
 if TYPE_CHECKING:
+    from .failures import ServerFailure
     from .server_run import ServerRun
 
 
@@ -29,6 +31,8 @@ class Watched(Protocol):
     def monitor_finished(self) -> bool: ...                  # stopping, or stopped/failed for good
     def on_request(self, reason: str, note: str) -> None: ...
     def on_exit(self, code: int) -> None: ...
+    def dead_replica(self) -> Optional["ServerFailure"]: ...   # a replica process gone (replicas.py)
+    def on_replica_exit(self, failure: "ServerFailure") -> None: ...
     def on_hang(self, seconds: float) -> None: ...
     def idle_expired(self) -> bool: ...
     def on_idle(self) -> None: ...
@@ -96,11 +100,14 @@ class Monitor:
             pending = self.take_request()
             run = watched.watched_run()
             code = run.poll() if run is not None else None
-            if pending is not None or code is not None:
+            dead = watched.dead_replica() if run is not None and code is None and pending is None else None
+            if pending is not None or code is not None or dead is not None:
                 if pending is not None:
                     watched.on_request(*pending)
-                else:
+                elif code is not None:
                     watched.on_exit(code or 0)
+                else:
+                    watched.on_replica_exit(dead)
                 failing_since, last_health = None, time.monotonic()
                 continue
             if run is None:

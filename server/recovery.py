@@ -20,7 +20,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ..errors import LauncherError
-from . import failures, timeouts
+from . import failures, replicas, timeouts
 from .cancel_policy import CancelDecision, CancelPolicy
 from .failures import ServerFailure
 from .logwatch import DenoiseProgress
@@ -51,6 +51,7 @@ class Recovery:
         _monitor: "Monitor"
         _progress: "ProgressTracker"
         _restarts: RestartPolicy
+        _replicas: replicas.ReplicaWatch
         _run: Optional["ServerRun"]
         _ready: bool
         _stop_evt: threading.Event
@@ -111,6 +112,18 @@ class Recovery:
             self._run.drain()
         tail = self.tail(200)
         failure = failures.classify(tail, self._context(self.spec, exit_code=code, ever_ready=True))
+        self._board.set_error(failure)
+        self._restart_after(failure, "crash")
+
+    def dead_replica(self) -> Optional[ServerFailure]:
+        """The failure of a replica process of the ready server that is gone (monitor.Watched)."""
+        dead = self._replicas.dead()
+        return None if dead is None else replicas.replica_died(dead, self._replicas.expected, self.tail(40))
+
+    def on_replica_exit(self, failure: ServerFailure) -> None:
+        """A replica died while the server process lives on: restart the whole group, within the
+        restart budget, as for a crash of the server itself."""
+        self._replicas = replicas.ReplicaWatch([], 1)   # reported once; the next start finds the new ones
         self._board.set_error(failure)
         self._restart_after(failure, "crash")
 

@@ -17,6 +17,7 @@ from ..errors import LauncherError, SpecError
 from ..models import WanFamily, family_for
 from .flags import Version, check_extra_flags
 from .loras import StartupLora
+from . import replicas as replica_rules
 from .settings import options, setting
 from .versions import DEFAULT_VERSION
 
@@ -148,6 +149,9 @@ class LaunchSpec:
     gpus: Optional[tuple[int, ...]] = setting(None, "GPU ids to run on; unset: every visible GPU, of which "
                                                     "the first world-size ones are used")
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    replicas: int = setting(1, "copies of the parallel layout, each on its own GPUs (GPUs = replicas x the "
+                               "layout's); upstream sends each job to one copy: more videos per hour, not a "
+                               "faster video (T2V-A14B and TI2V-5B)", min=1, max=replica_rules.MAX_REPLICAS)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     lora: StartupLora = field(default_factory=StartupLora)
@@ -166,12 +170,19 @@ class LaunchSpec:
     def served_name(self) -> str:
         return self.served_model_name or self.model
 
+    @property
+    def gpu_count(self) -> int:
+        """GPUs the server uses: its replicas times the parallel layout's world size."""
+        return self.replicas * self.parallel.world_size
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["gpus"] = list(self.gpus) if self.gpus is not None else None
         data["extra_flags"] = list(self.extra_flags)
         if not self.lora.lora_paths:
             del data["lora"]          # no LoRA: the fingerprint stays what it was before LoRAs existed
+        if self.replicas == 1:
+            del data["replicas"]      # likewise for one replica
         return data
 
     @classmethod
@@ -181,6 +192,7 @@ class LaunchSpec:
             model=data["model"],
             gpus=tuple(int(g) for g in gpus) if gpus is not None else None,
             parallel=ParallelConfig(**data.get("parallel", {})),
+            replicas=int(data.get("replicas", 1)),
             memory=MemoryConfig(**data.get("memory", {})),
             runtime=RuntimeConfig(**data.get("runtime", {})),
             lora=StartupLora(tuple(data.get("lora", {}).get("lora_paths", ()))),
@@ -215,6 +227,7 @@ class LaunchSpec:
         _choice("cache backend", r.cache_backend, CACHE_BACKENDS)
         _choice("ulysses mode", p.ulysses_mode, ULYSSES_MODES)
         self._validate_parallel(family)
+        replica_rules.check(self.replicas, family)
         self._validate_gpus(visible_gpus)
         if m.offload == "layerwise" and (p.world_size > 1 or p.vae_patch > 1):
             raise SpecError(
@@ -284,31 +297,37 @@ class LaunchSpec:
                 f"set VAE patch parallel to 1 or to a divisor of {p.world_size}", setting="vae_patch_parallel")
 
     def _validate_gpus(self, visible_gpus: Optional[int]) -> None:
-        world = self.parallel.world_size
+        world, need = self.parallel.world_size, self.gpu_count
+        layout = f"world size = {self.parallel.mode} degree {self.parallel.degree}"
+        if self.replicas > 1:
+            layout = f"{self.replicas} replicas x {world} GPU(s) each ({layout})"
         if self.gpus is not None:
             if len(set(self.gpus)) != len(self.gpus) or any(g < 0 for g in self.gpus) or not self.gpus:
                 raise SpecError(f"GPU list {list(self.gpus)} is not valid", "ids must be distinct and >= 0",
                                 "write GPU ids like '0' or '0,1', or 'all'", setting="gpus")
-            if world > len(self.gpus):
+            if need > len(self.gpus):
                 raise SpecError(
-                    f"The parallel config needs {world} GPUs but {len(self.gpus)} are selected",
-                    f"world size = {self.parallel.mode} degree {self.parallel.degree}; upstream would fail with "
-                    f"'Stage 0 requires {world} device(s)'",
-                    f"select {world} GPUs, or lower the parallel degree to {len(self.gpus)}", setting="gpus")
-            if world < len(self.gpus):
+                    f"The parallel config needs {need} GPUs but {len(self.gpus)} are selected",
+                    f"{layout}; upstream would fail with 'Stage 0 requires {world} device(s)'",
+                    f"select {need} GPUs, or lower the parallel degree or the replicas", setting="gpus")
+            if need < len(self.gpus):
+                per = "" if self.replicas == 1 else f" per replica ({len(self.gpus)} / {self.replicas})"
                 raise SpecError(
-                    f"{len(self.gpus)} GPUs are selected but the parallel config uses {world}",
-                    "upstream would leave the extra GPUs idle",
-                    f"pick a {len(self.gpus)}-way parallel mode (cfg for 2 GPUs with CFG on, ulysses for speed, "
-                    f"tensor/hsdp for memory), or select {world} GPU(s)", setting="parallel_mode")
+                    f"{len(self.gpus)} GPUs are selected but the parallel config uses {need}",
+                    f"{layout}; upstream would leave the extra GPUs idle",
+                    f"pick a {len(self.gpus) // self.replicas}-way parallel mode{per} (cfg for 2 GPUs with CFG "
+                    f"on, ulysses for speed, tensor/hsdp for memory), raise replicas to "
+                    f"{len(self.gpus) // world} for more videos at once, or select {need} GPU(s)",
+                    setting="parallel_mode")
             if visible_gpus is not None and max(self.gpus) >= visible_gpus:
                 raise SpecError(f"GPU {max(self.gpus)} does not exist", f"this machine shows {visible_gpus} GPU(s)",
                                 f"use ids 0..{visible_gpus - 1}", setting="gpus")
-        elif visible_gpus is not None and world > visible_gpus:
+        elif visible_gpus is not None and need > visible_gpus:
             raise SpecError(
-                f"The parallel config needs {world} GPUs but this machine shows {visible_gpus}",
-                f"upstream would fail with 'Stage 0 requires {world} device(s)'",
-                f"lower the parallel degree to {visible_gpus} or less", setting="parallel_degree")
+                f"The parallel config needs {need} GPUs but this machine shows {visible_gpus}",
+                f"{layout}; upstream would fail with 'Stage 0 requires {world} device(s)'",
+                f"lower the parallel degree or the replicas to fit {visible_gpus} GPU(s)",
+                setting="replicas" if self.replicas > 1 else "parallel_degree")
 
     # ---- command --------------------------------------------------------------------
     def flags(self) -> list[str]:
@@ -316,7 +335,8 @@ class LaunchSpec:
         out = ["--omni"]
         if self.served_model_name:
             out += ["--served-model-name", self.served_model_name]
-        out += self.parallel.flags() + self.memory.flags() + self.runtime.flags() + self.lora.flags()
+        out += self.parallel.flags() + replica_rules.stage_overrides(self.replicas, self.parallel.world_size)
+        out += self.memory.flags() + self.runtime.flags() + self.lora.flags()
         return out + list(self.extra_flags)
 
     def build(self, executable: list[str], port: int, api_key: Optional[str],

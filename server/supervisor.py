@@ -25,7 +25,7 @@ import time
 from typing import Any, Callable, Optional
 
 from ..errors import LauncherError
-from . import failures, gpu_lock, launch_prep, logwatch, timeouts
+from . import failures, gpu_lock, launch_prep, logwatch, replicas, timeouts
 from .failures import LaunchCancelled, ServerFailure
 from .hf_cache import DownloadWatch
 from .cancel_policy import CancelPolicy, LaunchClock
@@ -75,6 +75,7 @@ class Supervisor(LogEvents, Recovery):
         self._server_version: Optional[tuple[int, int]] = None
         self._stop_evt = threading.Event()
         self._monitor = Monitor(self, self._lock)
+        self._replicas = replicas.ReplicaWatch([], 1)   # the ready run's replica processes (several only)
         self._last_activity = time.time()
         self._last_oom_at = 0.0
 
@@ -117,6 +118,11 @@ class Supervisor(LogEvents, Recovery):
     @property
     def pgid(self) -> Optional[int]:
         return self._from_run("pgid")
+
+    @property
+    def replica_pids(self) -> list[int]:
+        """The ready server's replica processes, in upstream's replica order ([] for one replica)."""
+        return self._replicas.pids()
 
     def __repr__(self) -> str:
         return (f"Supervisor(model={self.spec.model!r}, gpus={gpu_lock.describe(self.spec.gpus)!r}, "
@@ -287,8 +293,19 @@ class Supervisor(LogEvents, Recovery):
             self._last_activity = time.time()
         self._progress.mark_server_up()
         self._launch_clock.ready()
+        self._watch_replicas(spec, run)
         run.write_state(self.requested_spec.fingerprint(), ready=True)
-        self._set(READY, f"Ready: {spec.served_name} at {run.url} ({gpu_lock.describe(spec.gpus)})")
+        copies = f", {spec.replicas} replicas" if spec.replicas > 1 else ""
+        self._set(READY, f"Ready: {spec.served_name} at {run.url} ({gpu_lock.describe(spec.gpus)}{copies})")
+
+    # ---- replicas ----------------------------------------------------------------------
+    def _watch_replicas(self, spec: LaunchSpec, run: ServerRun) -> None:
+        """Record the ready server's replica processes (replicas.py: upstream never restarts
+        a dead one and /health stays 200, so the monitor must look at them itself)."""
+        watch = replicas.ReplicaWatch.find(run.server_pid, spec.replicas)
+        self._replicas = watch
+        if not watch.complete:
+            self._board.add_warning(replicas.missing_note(watch))
 
     def _claim_gpus(self, spec: LaunchSpec) -> None:
         """Hold the GPU lock for `spec`'s GPUs (kept across restarts on the same GPUs)."""
@@ -363,6 +380,7 @@ class Supervisor(LogEvents, Recovery):
         if sup._gpus is not None:
             sup._gpus.update(url=run.url)
         sup._progress.mark_server_up()
+        sup._watch_replicas(running.spec, run)
         run.write_state(requested.fingerprint(), ready=True)
         sup._set(READY, f"Ready: reused the server left running at {run.url} ({running.spec.served_name})")
         sup._monitor.ensure_running()

@@ -1,7 +1,7 @@
 """Shared test setup: helper modules on sys.path, no test touches the user's config or data,
 the ``server_env_python`` fixture for tests outside ``tests/contract`` that need vLLM, and
-the xdist scheduling that keeps tests sharing a server process in one worker
-(``xdist_groups.py``; tests/run.sh runs ``-n 2 --dist loadgroup``)."""
+the xdist scheduling that keeps tests sharing a server process in one worker and sends the
+longest first (``xdist_groups.py``; tests/run.sh runs ``-n 2 --dist loadgroup``)."""
 from __future__ import annotations
 
 import os
@@ -43,10 +43,20 @@ def _isolated_launcher_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatc
     for key in list(os.environ):
         if key.startswith("VLLM_OMNI_STUB_"):
             monkeypatch.delenv(key)
+    # Every server-python script a test runs (lora_loader_check.py, ...) imports vLLM; without
+    # this, humming (a kernel package vLLM imports) spends 8 CPU-s of each on two background
+    # CUDA builds that fail on a machine without CUDA (tests/contract/upstream.py explains it
+    # and sets it for the stub and the resolver, whose environment the launcher filters).
+    monkeypatch.setenv("HUMMING_DISABLE_PARALLEL_BUILD", "1")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     xdist_groups.configure(config)
+
+
+@pytest.hookimpl(trylast=True)    # after tests/contract/conftest.py has marked the xdist groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    xdist_groups.order_by_cost(config, items)
 
 
 @pytest.hookimpl(tryfirst=True)   # before xdist's worker reports that collection finished

@@ -32,7 +32,8 @@ REPO = Path(__file__).resolve().parents[2]          # the pack (repository root)
 PACK_NAME = "vllm_omni_launcher"                   # the folder name ComfyUI loads it under
 WORKFLOWS = REPO / "workflows"
 OUR_NODES = ("VLLMOmniLoadModel", "VLLMOmniServingConfig", "VLLMOmniLocalServer", "VLLMOmniRemoteServer",
-             "VLLMOmniGenerateVideo", "VLLMOmniStopServer", "VLLMOmniServerStatus", "VLLMOmniDoctor", "VLLMOmniLora")
+             "VLLMOmniGenerateVideo", "VLLMOmniStopServer", "VLLMOmniServerStatus", "VLLMOmniDoctor", "VLLMOmniLora",
+             "VLLMOmniGenerateBatch")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 

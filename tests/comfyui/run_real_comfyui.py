@@ -11,8 +11,8 @@ What it does (each step raises AssertionError with the reason when something is 
    launcher pointed at the stub vLLM-Omni server by local configuration only (environment of
    the ComfyUI process: ``VLLM_OMNI_LAUNCHER_SERVER_CMD``, a temporary data dir and config, and
    ``VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB=24``, the GPU the TI2V template is written for).
-2. Registration: ``/object_info`` has our 8 nodes from ``custom_nodes.vllm_omni_launcher``, the
-   log has no import failure of the pack, the core nodes the templates use match
+2. Registration: ``/object_info`` has our nodes (``comfy_harness.OUR_NODES``) from
+   ``custom_nodes.vllm_omni_launcher``, the log has no import failure of the pack, the core nodes the templates use match
    ``tests/unit/test_workflows.py``'s description of them, and ``/workflow_templates`` lists
    exactly the 5 templates (not the API twins).
 3. A real run: POSTs the TI2V text-to-video API twin (64x64, 5 frames, 2 steps) to ``/prompt``,
@@ -48,12 +48,15 @@ Console errors of the stock front end itself are not counted (front end 1.27.10 
 page error at startup even with no custom node at all; offline it also fails to reach the
 internet); see ``_new_errors``.
 
+Generate Batch (a batch run and Cancel of all its jobs) has its own script, ``run_batch_comfyui.py``.
+
 To refresh what is committed: ``--screenshots docs/screenshots --thumbnails``. ``--skip-behaviour``
 runs steps 1-4 only; ``--skip-browser`` leaves out the browser parts.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -378,6 +381,24 @@ def check_behaviour(comfy: ComfyUI, logs: bc.LauncherLogs, report: dict) -> None
     _step(report, "remote", bc.check_remote_requeue(comfy))
 
 
+@contextlib.contextmanager
+def comfy_instances(work: Path):
+    """The ComfyUI processes a check run starts (append each to the yielded list): on an error their logs go
+    to stderr; at the end every one is stopped and `work` removed."""
+    started: list[ComfyUI] = []
+    try:
+        yield started
+    except BaseException:
+        for comfy in started:
+            print(f"ComfyUI log ({comfy.log_path}):\n{comfy.log()[-8000:]}", file=sys.stderr)
+        raise
+    finally:
+        for comfy in started:
+            comfy.stop()
+            comfy.cleanup()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--comfyui-dir", default=os.environ.get("COMFYUI_DIR"))
@@ -396,8 +417,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="vllm-omni-comfyui-check-"))
     shots = args.screenshots or (work / "screenshots")
     report: dict[str, Any] = {"comfyui": comfyui_version(comfy_dir), "comfyui_dir": str(comfy_dir)}
-    started: list[ComfyUI] = []
-    try:
+    with comfy_instances(work) as started:
         comfy, logs = _started(comfy_dir, args.python, work / "fast", step_s=bc.STEP_S)
         started.append(comfy)
         _step(report, "registration", check_registration(comfy))
@@ -415,15 +435,6 @@ def main() -> int:
             _step(report, "interrupt_launch", bc.check_interrupt_during_launch(slow, slow_logs, seed=6006))
             if not args.skip_browser:
                 _step(report, "mid_launch", bc.screenshot_mid_launch(slow, slow_logs, shots / bc.MID_LAUNCH_PNG))
-    except BaseException:
-        for comfy in started:
-            print(f"ComfyUI log ({comfy.log_path}):\n{comfy.log()[-8000:]}", file=sys.stderr)
-        raise
-    finally:
-        for comfy in started:
-            comfy.stop()
-            comfy.cleanup()
-        shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(report, indent=2))
     return 0
 

@@ -32,8 +32,9 @@ if not COMFYUI_DIR:
                 "see tests/comfyui/run_real_comfyui.py)", allow_module_level=True)
 
 import behaviour_checks as bc  # noqa: E402
+import run_batch_comfyui as batch  # noqa: E402
 import run_real_comfyui as real  # noqa: E402
-from comfy_harness import ComfyUI  # noqa: E402
+from comfy_harness import OUR_NODES, ComfyUI  # noqa: E402
 
 
 def _comfyui(work: Path, **stub_knobs: float) -> Iterator[tuple[ComfyUI, bc.LauncherLogs]]:
@@ -74,9 +75,14 @@ def screenshots(tmp_path_factory) -> Path:
     return Path(chosen).resolve() if chosen else tmp_path_factory.mktemp("screenshots")
 
 
-def test_comfyui_registers_our_8_nodes_without_import_failure(comfy):
+def test_comfyui_registers_our_nodes_without_import_failure(comfy):
     report = real.check_registration(comfy)
-    assert len(report["nodes"]) == 8
+    assert sorted(report["nodes"]) == sorted(OUR_NODES)
+
+
+def test_generate_batch_is_registered_with_a_list_of_videos(comfy):
+    report = batch.check_registration(comfy)
+    assert report["output_is_list"] == [False, False, True, False]
 
 
 def test_ti2v_text_to_video_template_makes_a_video_in_comfyuis_output_folder(comfy):
@@ -113,6 +119,17 @@ def test_every_template_loads_in_the_browser_without_missing_nodes_or_errors(com
 def test_generate_shows_its_denoise_step_and_progress_in_the_browser(comfy, screenshots):
     report = bc.screenshot_mid_denoise(comfy, screenshots / bc.MID_DENOISE_PNG)
     assert bc.STEP_TEXT.search(report["text"])
+
+
+def test_generate_batch_returns_every_clip_and_save_video_saves_each(comfy, logs):
+    report = batch.check_batch_run(comfy, logs)
+    assert report["clips"] == report["jobs_sent"] == 4 and report["frames_saved"] == 4 * bc.TINY["frames"]
+
+
+def test_interrupting_a_batch_deletes_every_job_on_the_server(comfy, logs):
+    # 20 steps at the stub's 0.5 s: still running after its jobs are in, and the cancelled one drains
+    report = batch.check_cancel(comfy, logs, steps=20)
+    assert report["jobs_deleted"] == 4
 
 
 def test_interrupt_during_a_local_server_launch_ends_the_prompt_and_the_server(slow_launch):

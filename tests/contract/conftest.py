@@ -1,14 +1,25 @@
 """Contract-test fixtures: the session's shared server processes.
 
-Fixtures for any contract test (new test files too):
+Every process that imports vLLM costs about 30 CPU-seconds (a stub start, a resolver, a
+probe script), and the suite has to finish in 15 minutes on 2 cores, so a new test file
+adds as few of them as it can.  Fixtures for any contract test (new test files too):
 
 * ``stub_pool``: one :class:`stubserver.StubPool` of the stubs named in ``shared_stubs.py``
-  (``T2V_KEYED``, ``I2V_SPLIT``, ``TI2V_OFFLOAD``), each started when a test first asks for
-  it: ``with stub_pool.lease(shared_stubs.TI2V_OFFLOAD) as (stub,): ...``.  Use it whenever
-  a test only sends requests and leaves the server as it found it; start your own
-  (``stubserver.run_stub``) only for a fault knob or to end the process.
+  (``T2V_KEYED``: keyed, 0.05 s steps, one job at a time; ``I2V_SPLIT``: stdout and stderr
+  apart; ``TI2V_OFFLOAD``: module offload, would OOM at load without it), each started when
+  a test first asks for it: ``with stub_pool.lease(shared_stubs.TI2V_OFFLOAD) as (stub,):``.
+  Use it whenever a test only sends requests and leaves the server as it found it (its jobs
+  end or are deleted).  A job that runs out of GPU memory needs no stub of its own: send
+  ``extra_params={"stub_oom": true}`` (see ``stub_vllm_serve.py``).  Start your own
+  (``stubserver.run_stub``, or a Supervisor with the stub as its server command) only for an
+  environment knob (``VLLM_OMNI_STUB_*``), a launch, or to end the process; then let one
+  such server serve every check of its module (a module-scoped fixture, as
+  ``test_cancel_stub.py`` and ``test_nodes_stub.py`` do) rather than one per test.
 * ``upstream_resolver``: one :class:`stubserver.Resolver` (vLLM's parser and config
-  resolution in one long-lived process): ``upstream_resolver.resolve(cases)``.
+  resolution in one long-lived process): ``upstream_resolver.resolve(cases)``, a case per
+  command line.  A check that needs other upstream calls than a resolve runs there too, as
+  a ``{"call": "module:function", "input": ...}`` case (``upstream_resolve.py``; e.g.
+  ``replica_probe.probe``), instead of a script run in a server-python subprocess.
 * ``server_env_python`` (tests/conftest.py): the server python; skips, saying so, when the
   server environment is not configured (for tests outside tests/contract).
 
@@ -24,7 +35,9 @@ shared process, or a module-scoped fixture (e.g. a module's own server), get one
 ``xdist_group`` per connected set (a module whose fixture leases the pool joins the pool's
 group), which ``tests/xdist_groups.py`` sends to one worker as a whole.  Everything else
 spreads over the workers test by test.  A new test file needs nothing for this: using
-``stub_pool`` (or a module-scoped fixture) is what puts its tests in a group.
+``stub_pool`` (or a module-scoped fixture) is what puts its tests in a group.  Groups and
+tests that take long go out first (``KNOWN_COST_S`` in ``tests/xdist_groups.py``): add a
+new slow file or test there with the seconds ``--durations`` shows for it.
 """
 from __future__ import annotations
 

@@ -186,24 +186,25 @@ STORAGE_DIR = os.environ.get("VLLM_OMNI_SERVER_STORAGE__PATH") or os.environ.get
 upstream.snapshot_hardware()
 upstream.prepare_process_env()
 
-from vllm.entrypoints.cli.main import main as vllm_main  # noqa: E402  (what the `vllm` script runs)
+with upstream.collector_paused():   # the imports of vLLM, without garbage-collector passes
+    from vllm.entrypoints.cli.main import main as vllm_main  # (what the `vllm` script runs)
 
-upstream.install_fixture_hub()
-upstream.install_device_inventory()
+    upstream.install_fixture_hub()
+    upstream.install_device_inventory()
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from vllm.v1.engine.exceptions import EngineDeadError  # noqa: E402
-from vllm_omni.diffusion.data import DiffusionOutput  # noqa: E402
-from vllm_omni.diffusion.executor.abstract import DiffusionExecutor  # noqa: E402
-from vllm_omni.diffusion.media import (  # noqa: E402
-    DiffusionMediaOutput,
-    VideoMediaOutput,
-    VideoTensorEncoding,
-    VideoTensorLayout,
-    VideoTensorSpec,
-    VideoValueRange,
-)
+    import numpy as np
+    import torch
+    from vllm.v1.engine.exceptions import EngineDeadError
+    from vllm_omni.diffusion.data import DiffusionOutput
+    from vllm_omni.diffusion.executor.abstract import DiffusionExecutor
+    from vllm_omni.diffusion.media import (
+        DiffusionMediaOutput,
+        VideoMediaOutput,
+        VideoTensorEncoding,
+        VideoTensorLayout,
+        VideoTensorSpec,
+        VideoValueRange,
+    )
 
 import frame_code  # noqa: E402
 

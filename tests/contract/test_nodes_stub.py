@@ -97,7 +97,7 @@ def local(tmp_path_factory):
 
 
 def test_nodes_register_with_v1_attributes():
-    assert len(NODE_CLASS_MAPPINGS) == 9 and all(k.startswith("VLLMOmni") for k in NODE_CLASS_MAPPINGS)
+    assert len(NODE_CLASS_MAPPINGS) == 10 and all(k.startswith("VLLMOmni") for k in NODE_CLASS_MAPPINGS)
     for cls in NODE_CLASS_MAPPINGS.values():
         assert isinstance(cls.INPUT_TYPES(), dict) and isinstance(cls.RETURN_TYPES, tuple)
         assert hasattr(cls, cls.FUNCTION) and cls.CATEGORY == "vLLM-Omni"

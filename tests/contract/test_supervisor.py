@@ -193,7 +193,9 @@ def test_slow_load_progress_hard_cancel_and_crash_restart(data_dir: Path) -> Non
     # -- crash after ready (the stub's engine dies after its 2nd job): restart, then jobs work
     for seed in (1, 2):
         assert wait_job(sup, submit(sup, seed=seed))["status"] == "completed"
-    wait_for(lambda: sup.status().generation == 3 and sup.ready(), START_S + 60, "the restart after the crash")
+    # the relaunch is ready a moment before the restart is counted and its text set (Recovery._relaunch)
+    wait_for(lambda: (s := sup.status()).generation == 3 and s.ready and s.restarts == 2, START_S + 60,
+             "the restart after the crash")
     status = sup.status()
     assert status.last_error_kind == failures.CRASH and "exited after it was ready" in status.last_error
     assert status.restarts == 2 and status.text.startswith("Restarted after")
@@ -227,7 +229,8 @@ def test_oom_in_job_keeps_the_server_and_a_hang_restarts_it(data_dir: Path) -> N
     # the next job works on the same server; then the stub's HTTP loop wedges (SIGTERM ignored)
     assert wait_job(sup, submit(sup, steps=4, seed=2))["status"] == "completed"
     wait_for(lambda: sup.status().last_error_kind == failures.HUNG, 60, "the hang to be noticed")
-    wait_for(lambda: sup.status().generation == 2 and sup.ready(), START_S, "the restart after the hang")
+    wait_for(lambda: (s := sup.status()).generation == 2 and s.ready and s.restarts == 1, START_S,
+             "the restart after the hang")
     status = sup.status()
     assert "stopped answering /health" in status.last_error and status.restarts == 1
     assert not alive(first.pid)

@@ -39,14 +39,21 @@ would spawn it (the first replica's config is reported).  Logs go to /dev/null u
 ``--serve``: instead of one batch, answer batches for as long as stdin stays open: each
 input line is a JSON list of cases, each output line the JSON list of their results (the
 tests keep one such process for the whole session, so vLLM is imported once).
+
+A case ``{"call": "module:function", "input": ...}`` instead runs a server-side probe of
+the tests in this process (a module next to this file, e.g. ``replica_probe``: it checks
+what the cases above cannot see, and must put back what it replaces); its result is
+the function's return value, or ``{"call_error": "<traceback>"}``.
 """
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
 import os
 import sys
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
@@ -63,15 +70,16 @@ class _ShimReached(Exception):
 
 def _setup():
     upstream.prepare_process_env()
-    from vllm.entrypoints.cli.main import main as vllm_main
+    with upstream.collector_paused():   # the imports of vLLM, without garbage-collector passes
+        from vllm.entrypoints.cli.main import main as vllm_main
 
-    upstream.install_fixture_hub()
-    upstream.install_device_inventory()
-    upstream.install_executor(upstream.make_capture_executor())
+        upstream.install_fixture_hub()
+        upstream.install_device_inventory()
+        upstream.install_executor(upstream.make_capture_executor())
 
-    import vllm_omni.entrypoints.cli.serve as omni_serve
-    from vllm.entrypoints.launchers.launcher import validate_api_server_args
-    from vllm_omni.entrypoints.openai.api_server import build_async_omni
+        import vllm_omni.entrypoints.cli.serve as omni_serve
+        from vllm.entrypoints.launchers.launcher import validate_api_server_args
+        from vllm_omni.entrypoints.openai.api_server import build_async_omni
 
     state = {"in_resolve": False}
 
@@ -108,7 +116,18 @@ def _case_env(case: dict) -> dict[str, str]:
     return env
 
 
+def run_call(case: dict) -> object:
+    """A ``{"call": "module:function", "input": ...}`` case: that function of a test module."""
+    module, _, function = case["call"].partition(":")
+    try:
+        return getattr(importlib.import_module(module), function)(case.get("input"))
+    except Exception:  # noqa: BLE001 - the test shows it; the process goes on serving
+        return {"call_error": traceback.format_exc()}
+
+
 def run_case(vllm_main, state, case: dict) -> dict:
+    if "call" in case:
+        return run_call(case)
     argv = [str(a) for a in case.get("argv", [])]
     saved_env = dict(os.environ)
     saved_argv = sys.argv

@@ -115,10 +115,10 @@ def test_a14b_fused_sets_upstream_cannot_express_are_refused(tmp_path, entries, 
     assert err.value.setting == setting
 
 
-def test_fused_strength_other_than_one_and_0_26_single_files_are_refused_with_the_fix(tmp_path):
-    f = _file(tmp_path, "a.safetensors")
+def test_a_strength_a_file_cannot_be_scaled_to_and_0_26_single_files_are_refused_with_the_fix(tmp_path):
+    f = _file(tmp_path, "a.safetensors")          # only a down matrix: nothing to scale (test_lora_strength.py)
     with pytest.raises(LauncherError) as err:
-        plan_loras([LoraEntry(f, 2.0)], TI2V, V30)
+        plan_loras([LoraEntry(f, 2.0)], TI2V, V30, data_dir=str(tmp_path / "data"))
     assert err.value.setting == "strength" and "PEFT folder" in err.value.fix
     with pytest.raises(LauncherError) as err:
         plan_loras([LoraEntry(f, 1.0)], TI2V, V26)

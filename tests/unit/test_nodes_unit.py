@@ -132,7 +132,7 @@ def test_every_input_and_output_has_a_tooltip_and_every_node_a_description():
 def test_report_nodes_take_the_node_id_to_show_their_text():
     for node_id in ("VLLMOmniStopServer", "VLLMOmniServerStatus", "VLLMOmniDoctor", "VLLMOmniLocalServer",
                     "VLLMOmniRemoteServer", "VLLMOmniGenerateVideo"):
-        assert NODE_CLASS_MAPPINGS[node_id].INPUT_TYPES()["hidden"] == {"unique_id": "UNIQUE_ID"}
+        assert NODE_CLASS_MAPPINGS[node_id].INPUT_TYPES()["hidden"]["unique_id"] == "UNIQUE_ID"
 
 
 def test_status_and_stop_text_reaches_the_node_the_output_and_the_history():

@@ -26,7 +26,7 @@ T2V = "Wan-AI/Wan2.2-T2V-A14B-Diffusers"
 TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
 # Saved workflows store Serving Config's values by position: these names, in this order, are the format.
 RELEASED_WIDGETS = ["gpus", "parallel_mode", "parallel_degree", "vae_patch_parallel", "offload", "fp8",
-                    "vae_tiling", "cache_backend", "compile", "keep_alive_minutes", "auto_fallback"]
+                    "vae_tiling", "cache_backend", "compile", "keep_alive_minutes", "auto_fallback", "replicas"]
 CONFIG = LocalConfig()
 
 
@@ -42,7 +42,9 @@ def _spec_help(cls: type, name: str) -> str:
 
 # --------------------------------------------------------------------------- node inputs
 def test_serving_config_widgets_are_the_serving_choice_declarations_in_released_order():
-    inputs = NODE_CLASS_MAPPINGS["VLLMOmniServingConfig"].INPUT_TYPES()["required"]
+    types = NODE_CLASS_MAPPINGS["VLLMOmniServingConfig"].INPUT_TYPES()
+    assert list(types["optional"]) == ["replicas"]      # appended after a release: optional, last
+    inputs = {**types["required"], **types["optional"]}
     assert list(inputs) == RELEASED_WIDGETS == [f.name for f in dataclasses.fields(ServingChoice)]
     for s in settings_of(ServingChoice):
         kind, opts = inputs[s.name]

@@ -18,7 +18,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_IDS = {"VLLMOmniLoadModel", "VLLMOmniServingConfig", "VLLMOmniLocalServer", "VLLMOmniRemoteServer",
-            "VLLMOmniGenerateVideo", "VLLMOmniStopServer", "VLLMOmniServerStatus", "VLLMOmniDoctor", "VLLMOmniLora"}
+            "VLLMOmniGenerateVideo", "VLLMOmniStopServer", "VLLMOmniServerStatus", "VLLMOmniDoctor", "VLLMOmniLora",
+            "VLLMOmniGenerateBatch"}
 
 WINDOWS_LIKE = textwrap.dedent("""
     import asyncio, concurrent.futures, http.client, json, logging, multiprocessing, os, pkgutil, platform

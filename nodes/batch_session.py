@@ -1,0 +1,176 @@
+"""What Generate Batch asks of the core: several clips from one set of widgets, in one go.
+
+The requests are Generate Video's (session.build_request: the same defaults, checks, plan
+limit, LoRA, sampler and interpolation), one per prompt line x seed; they differ only in
+prompt and seed, which is exactly what vLLM-Omni 0.30's request batching may put in one
+forward. All are submitted at once (client/batch.py), so the server batches them, spreads them
+over replicas, or queues them without a gap, whichever it is set up for.
+
+How many clips a workflow may ask for is the local config's `max_batch_clips`: every decoded
+clip is held in memory until the node returns, and a shared workflow must not choose that.
+
+Progress is one bar over the steps of all clips; the text says which clip runs ("clip k/n").
+Cancel deletes every job of the batch; a local server's cancel policy then weighs the denoise
+still running against a restart, as for one job.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Optional
+
+from ..client.batch import BatchCancelled, BatchResult, BatchUpdate, run_batch
+from ..client.request import FrameInterpolation
+from ..errors import LauncherError
+from ..planner.speed_costs import cfg_runs
+from ..server.local_config import load_local_config
+from . import comfy_bridge, progress, session
+from .handles import ServerHandle
+
+SEED_LIMIT = 2 ** 63        # the seed widget's range: seeds wrap around inside it
+
+
+def prompt_lines(text: str) -> list[str]:
+    """One prompt per line; blank lines are ignored, surrounding spaces dropped."""
+    return [line.strip() for line in (text or "").splitlines() if line.strip()]
+
+
+def clip_plan(prompts: str, seed: int, batch_count: int, limit: int) -> list[tuple[str, int]]:
+    """(prompt, seed) per clip: every prompt line with seeds seed .. seed + batch_count - 1,
+    prompt by prompt. Refuses an empty list and more clips than the local config allows."""
+    lines = prompt_lines(prompts)
+    if not lines:
+        raise LauncherError("No prompt", "prompts is empty or holds only blank lines",
+                            "write one prompt per line", setting="prompts")
+    count = max(1, int(batch_count))
+    clips = [(line, (int(seed) + j) % SEED_LIMIT) for line in lines for j in range(count)]
+    if len(clips) > limit:
+        raise LauncherError(
+            f"The batch asks for {len(clips)} clips ({len(lines)} prompt(s) x batch_count {count}); this "
+            f"machine allows {limit}",
+            "every decoded clip is held in memory until the node returns, so the machine's operator caps "
+            "the batch size in the launcher's local config (max_batch_clips)",
+            f"use fewer prompt lines or a smaller batch_count (at most {limit} clips), or raise max_batch_clips "
+            "in vllm_omni_launcher.json", setting="batch_count")
+    return clips
+
+
+def generate_batch(handle: ServerHandle, *, prompts: str, seed: int, batch_count: int, image: Any = None,
+                   node_id: Optional[str] = None, sampler: Optional[str] = None,
+                   interpolation: Optional[FrameInterpolation] = None,
+                   **widgets: Any) -> tuple[Any, float, list[Any], str]:
+    """(IMAGE of all clips' frames in order, fps, one VIDEO per clip, summary text)."""
+    with progress.reporting(node_id, "Checking the requests") as reporter:
+        clips = clip_plan(prompts, seed, batch_count, load_local_config().max_batch_clips)
+        first, note = session.build_request(handle, image=image, sampler=sampler, interpolation=interpolation,
+                                            prompt=clips[0][0], seed=clips[0][1], **widgets)
+        requests = [replace(first, prompt=text, seed=clip_seed) for text, clip_seed in clips]
+        result = _run(handle, requests, reporter)
+        summary = _summary(result, clips, note)
+        reporter.text(summary)
+        head = result.clips[0]
+        videos = [comfy_bridge.make_video(c.mp4, c.fps) for c in result.clips]
+        return comfy_bridge.to_image(result.frames), float(head.fps), videos, summary
+
+
+def _run(handle: ServerHandle, requests: list[Any], reporter: progress.NodeReporter) -> BatchResult:
+    head = requests[0]          # every request of a batch has the same settings (only prompt and seed differ)
+    client, sup = session.job_client(handle, reporter, cfg_runs(head.guidance, head.guidance_2))
+    last = sup.progress() if sup is not None else None
+    bar = BatchProgress(reporter, len(requests), int(head.steps or 1),
+                        local_progress=sup.progress if sup is not None else None,
+                        run_floor=last.run_id if last is not None else -1)
+
+    def on_update(update: BatchUpdate) -> None:
+        if sup is not None:
+            sup.mark_job_activity()
+        bar.on_update(update)
+
+    reporter.text(f"Submitting {len(requests)} jobs")
+    try:
+        with client:
+            result = run_batch(client, requests, on_update=on_update, should_cancel=reporter.cancel_requested,
+                               due=bar.due if sup is not None else None)
+    except BatchCancelled as cancelled:
+        reporter.text(_cancel_text(cancelled, sup, bar.run_floor))
+        comfy_bridge.raise_interrupted()      # ends the node as interrupted; it always raises
+        raise
+    bar.finish()
+    return result
+
+
+def _cancel_text(cancelled: BatchCancelled, sup: Any, run_floor: int) -> str:
+    """Hand the deleted jobs to the supervisor's cancel policy (local) and say what happened."""
+    queued = [job for job, status in cancelled.jobs if status != "in_progress"]
+    running = [job for job, status in cancelled.jobs if status == "in_progress"]
+    unconfirmed = "" if cancelled.deleted else " (the server did not confirm every deletion)"
+    text = (f"Cancelled after {cancelled.clips_done} clip(s): deleted {len(cancelled.jobs)} job(s){unconfirmed}; "
+            f"{len(queued)} never reached the GPU")
+    if sup is not None:
+        for job in queued:
+            sup.cancel_job(job, queued=True)              # logged; nothing of theirs reached the GPU
+        if running:
+            # One denoise (a batched wave counts once) is what the policy weighs against a restart.
+            decision = sup.cancel_job(running[0], run_floor)
+            text += f". vLLM-Omni cannot stop a Wan denoise it has started. {decision.text}"
+    elif running:
+        text += (". A Wan denoise the remote server has started keeps its GPU busy until it ends (vLLM-Omni "
+                 "cannot abort it), so its next job waits for that")
+    return text
+
+
+def _summary(result: BatchResult, clips: list[tuple[str, int]], note: str) -> str:
+    head = result.clips[0]
+    together = (f"the server ran up to {result.most_at_once} at once (request batching or replicas)"
+                if result.most_at_once > 1 else "the server ran them one after another")
+    lines = [f"Done: {len(result.clips)} clips of {head.num_frames} frames {head.width}x{head.height} at "
+             f"{head.fps:g} fps in {result.elapsed_s:.1f}s; {together}"]
+    lines += [f"clip {i + 1}: seed {clip_seed}, {text[:80]}" for i, (text, clip_seed) in enumerate(clips)]
+    return "\n".join(lines + ([note] if note else []))
+
+
+@dataclass
+class BatchProgress:
+    """One bar over the denoise steps of all clips, and "clip k/n" in the text.
+
+    Local servers: finished clips count all their steps, running ones the step of the denoise
+    the supervisor's log shows (a batched wave moves all its clips at once). Remote: the bar
+    moves clip by clip (the HTTP API has no steps)."""
+
+    reporter: progress.NodeReporter
+    clips: int
+    steps: int
+    local_progress: Optional[Any] = None         # Supervisor.progress
+    run_floor: int = -1                          # denoise runs up to this id belong to earlier jobs
+
+    def due(self) -> bool:
+        """A clip should be finishing (its denoise reached the last step): poll fast."""
+        current = self.local_progress() if self.local_progress is not None else None
+        return current is not None and current.denoised_after(self.run_floor)
+
+    def on_update(self, update: BatchUpdate) -> None:
+        done, running, total = update.done, update.running, self.clips
+        step = self._step() if running else 0
+        self.reporter.bar(min(done * self.steps + running * step, total * self.steps), total * self.steps)
+        k = min(done + 1, total)
+        elapsed = progress.clock(update.elapsed_s)
+        if done == total:
+            self.reporter.text(f"All {total} clips done in {elapsed}")
+        elif running > 1:
+            last = min(k + running - 1, total)
+            self.reporter.text(f"Clips {k}-{last}/{total} running together" + self._step_text(step) + f", {elapsed}")
+        elif running:
+            self.reporter.text(f"Clip {k}/{total}" + self._step_text(step) + f", {elapsed} elapsed")
+        else:
+            self.reporter.text(f"Clip {k}/{total} queued, {elapsed} elapsed ({done} done)")
+
+    def _step(self) -> int:
+        current = self.local_progress() if self.local_progress is not None else None
+        if current is None or current.run_id <= self.run_floor or not current.total or current.done:
+            return 0
+        return min(int(current.step), self.steps)
+
+    def _step_text(self, step: int) -> str:
+        return f": step {step}/{self.steps}" if self.local_progress is not None and step else ": running"
+
+    def finish(self) -> None:
+        self.reporter.bar(self.clips * self.steps, self.clips * self.steps)

@@ -1,0 +1,228 @@
+"""client/batch.py: several jobs submitted at once, polled, decoded as each completes, all deleted.
+
+The server here is a fake *client* (FakeClient): it plays a scripted vLLM-Omni job queue at the
+interface run_batch uses (submit / status / download / delete / _wait_for_next_poll), and the
+first test checks that interface against the real VideoClient's, so the fake cannot drift from
+it. Its MP4s are real H.264 clips (frame_code frames: each decoded frame says its index and seed).
+"""
+from __future__ import annotations
+
+import inspect
+import sys
+import tracemalloc
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import frame_code  # noqa: E402
+from test_frames import encode_clip  # noqa: E402
+
+from vllm_omni_launcher.client.api import VideoClient  # noqa: E402
+from vllm_omni_launcher.client.batch import BatchCancelled, BatchUpdate, run_batch  # noqa: E402
+from vllm_omni_launcher.client.job_results import GenerationCancelled, JobState  # noqa: E402
+from vllm_omni_launcher.client.request import VideoRequest  # noqa: E402
+from vllm_omni_launcher.client.transport import sleep_checking  # noqa: E402
+from vllm_omni_launcher.errors import LauncherError  # noqa: E402
+
+W, H, F = 64, 32, 5
+
+
+def request(seed: int, prompt: str = "a fox") -> VideoRequest:
+    return VideoRequest(prompt, width=W, height=H, num_frames=F, fps=16, steps=3, seed=seed)
+
+
+class FakeClient:
+    """A scripted job queue. `script[i]` is the status job i shows at each poll round (the
+    last one repeats); `shape[i]` overrides the (frames, width, height) of job i's MP4."""
+
+    def __init__(self, script: list[list[str]], shape: Optional[dict[int, tuple[int, int, int]]] = None,
+                 cancel_at_round: Optional[int] = None) -> None:
+        self.script, self.shape = script, shape or {}
+        self.calls: list[tuple[str, str]] = []
+        self.seeds: dict[str, int] = {}
+        self.polls: dict[str, int] = {}
+        self.deleted: list[str] = []
+        self.caps: dict[str, int] = {}
+        self.rounds = 0
+        self.cancel_at_round = cancel_at_round
+
+    def submit(self, req: VideoRequest, *, should_cancel: Optional[Callable[[], bool]] = None) -> str:
+        job = f"job-{len(self.seeds)}"
+        self.seeds[job] = int(req.seed)
+        self.calls.append(("submit", job))
+        return job
+
+    def status(self, job_id: str, *, should_cancel: Optional[Callable[[], bool]] = None) -> JobState:
+        if job_id in self.deleted:
+            raise LauncherError(f"The server no longer knows job {job_id}")
+        i = int(job_id.split("-")[1])
+        n = self.polls.get(job_id, 0)
+        self.polls[job_id] = n + 1
+        steps = self.script[i]
+        status = steps[min(n, len(steps) - 1)]
+        self.calls.append(("status", job_id))
+        if status == "failed":
+            return JobState(job_id, "failed", "engine blew up", None, 500, {"id": job_id, "status": "failed"})
+        return JobState(job_id, status, raw={"id": job_id, "status": status})
+
+    def download(self, job_id: str, *, max_bytes: int = 0, cap_reason: str = "",
+                 should_cancel: Optional[Callable[[], bool]] = None) -> bytes:
+        self.calls.append(("download", job_id))
+        self.caps[job_id] = max_bytes
+        frames, width, height = self.shape.get(int(job_id.split("-")[1]), (F, W, H))
+        return encode_clip(frames, width, height, seed=self.seeds[job_id])
+
+    def delete(self, job_id: str) -> bool:
+        self.calls.append(("delete", job_id))
+        self.deleted.append(job_id)
+        return True
+
+    def _wait_for_next_poll(self, poll: float, due: Optional[Callable[[], bool]],
+                            should_cancel: Optional[Callable[[], bool]]) -> None:
+        self.rounds += 1
+        if self.cancel_at_round is not None and self.rounds >= self.cancel_at_round:
+            sleep_checking(0.0, lambda: True)     # what the real wait does when Cancel is pending
+
+
+def test_the_fake_client_has_the_real_clients_interface():
+    for name in ("submit", "status", "download", "delete", "_wait_for_next_poll"):
+        fake, real = inspect.signature(getattr(FakeClient, name)), inspect.signature(getattr(VideoClient, name))
+        fake_params = [(p.name, p.kind) for p in fake.parameters.values()]
+        real_params = [(p.name, p.kind) for p in real.parameters.values()]
+        assert all(p in real_params for p in fake_params), (name, fake_params, real_params)
+        required = [(p.name, p.kind) for p in real.parameters.values() if p.default is p.empty]
+        assert all(p in fake_params for p in required), (name, required)
+
+
+def seeds_of(frames: Any) -> list[tuple[int, int]]:
+    return [frame_code.decode(f) for f in frames]
+
+
+def test_every_job_is_submitted_before_the_first_poll_and_clips_return_in_request_order():
+    # job 2 finishes first, then 0, then 1 (replicas or a batched wave can do that)
+    client = FakeClient([["queued", "in_progress", "completed"], ["queued", "queued", "in_progress", "completed"],
+                         ["in_progress", "completed"]])
+    updates: list[BatchUpdate] = []
+    result = run_batch(client, [request(10), request(11), request(12)], on_update=updates.append)
+    first_poll = next(i for i, (what, _) in enumerate(client.calls) if what == "status")
+    assert [c for c in client.calls[:first_poll]] == [("submit", f"job-{i}") for i in range(3)]
+    assert result.frames.shape == (3 * F, H, W, 3) and result.frames.dtype.name == "float32"
+    assert seeds_of(result.frames) == [(i, s) for s in (10, 11, 12) for i in range(F)]
+    assert [c.job_id for c in result.clips] == ["job-0", "job-1", "job-2"]
+    assert [seeds_of(result.frames[result.clip_rows(i)])[0] for i in range(3)] == [(0, 10), (0, 11), (0, 12)]
+    assert [u.done for u in updates] == [0, 1, 2, 3] and updates[1].statuses == ("in_progress", "queued", "done")
+    assert sorted(client.deleted) == ["job-0", "job-1", "job-2"]
+
+
+def test_each_clip_is_downloaded_and_its_job_deleted_as_soon_as_it_completes():
+    client = FakeClient([["in_progress", "completed"], ["queued", "queued", "in_progress", "completed"]])
+    run_batch(client, [request(1), request(2)])
+    calls = client.calls
+    # job-0's MP4 is fetched (and the job deleted) while job-1 is still being polled
+    assert calls.index(("download", "job-0")) < calls.index(("delete", "job-0")) < max(
+        i for i, c in enumerate(calls) if c == ("status", "job-1"))
+    assert client.polls == {"job-0": 2, "job-1": 4}        # a done job is not polled again
+
+
+def test_most_at_once_says_whether_the_server_ran_jobs_together():
+    together = FakeClient([["in_progress", "completed"]] * 3)
+    assert run_batch(together, [request(1), request(2), request(3)]).most_at_once == 3
+    queued = FakeClient([["in_progress", "completed"], ["queued", "in_progress", "completed"]])
+    assert run_batch(queued, [request(1), request(2)]).most_at_once == 1
+
+
+def test_downloads_are_capped_by_each_requests_bounds():
+    client = FakeClient([["completed"]])
+    run_batch(client, [request(3)])
+    assert client.caps == {"job-0": request(3).bounds().max_bytes}
+
+
+def test_the_result_is_one_array_and_decoding_holds_at_most_one_clip_beside_it():
+    n, frames, width, height = 4, 9, 256, 128        # 1.2 MB per clip: well above the allowance for buffers
+    client = FakeClient([["completed"]] * n, shape={i: (frames, width, height) for i in range(n)})
+    clip_bytes = frames * height * width * 3 * 4
+    reqs = [VideoRequest("a fox", width=width, height=height, num_frames=frames, fps=16, seed=s) for s in range(n)]
+    tracemalloc.start()
+    try:
+        result = run_batch(client, reqs)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.frames.nbytes == n * clip_bytes and result.frames.flags.c_contiguous
+    # decoded clips gathered and then concatenated would peak at 2 x n clips
+    assert peak < (n + 1.5) * clip_bytes + (256 << 10), peak
+
+
+def test_cancel_deletes_every_job_left_queued_ones_first():
+    # round 1: job-0 running, jobs 1 and 2 queued; then Cancel
+    client = FakeClient([["in_progress"], ["queued"], ["queued"]], cancel_at_round=1)
+    with pytest.raises(BatchCancelled) as info:
+        run_batch(client, [request(1), request(2), request(3)])
+    err = info.value
+    assert client.deleted == ["job-1", "job-2", "job-0"]          # queued before running: none of them starts
+    assert err.jobs == (("job-1", "queued"), ("job-2", "queued"), ("job-0", "in_progress"))
+    assert err.deleted and err.clips_done == 0 and "cannot abort" in err.why and "deleted the 3 job" in err.why
+
+
+def test_cancel_after_some_clips_deletes_only_what_is_left():
+    client = FakeClient([["completed"], ["in_progress"], ["queued"]], cancel_at_round=1)
+    with pytest.raises(BatchCancelled) as info:
+        run_batch(client, [request(1), request(2), request(3)])
+    assert client.deleted == ["job-0", "job-2", "job-1"] and info.value.clips_done == 1
+    assert "after 1 of 3 clips" in info.value.why
+
+
+def test_cancel_during_a_read_is_a_batch_cancel_too():
+    class CancelInRead(FakeClient):
+        def status(self, job_id: str, *, should_cancel: Optional[Callable[[], bool]] = None) -> JobState:
+            if job_id == "job-1":
+                raise GenerationCancelled(job_id, deleted=False)   # what VideoClient.status raises
+            return super().status(job_id, should_cancel=should_cancel)
+
+    client = CancelInRead([["in_progress"], ["queued"]])
+    with pytest.raises(BatchCancelled):
+        run_batch(client, [request(1), request(2)])
+    assert sorted(client.deleted) == ["job-0", "job-1"]
+
+
+def test_cancel_before_anything_was_sent_submits_nothing():
+    client = FakeClient([["queued"]])
+    with pytest.raises(BatchCancelled) as info:
+        run_batch(client, [request(1), request(2)], should_cancel=lambda: True)
+    assert client.calls == [] and info.value.jobs == ()
+
+
+def test_a_failed_job_names_its_clip_and_no_job_is_left():
+    client = FakeClient([["in_progress"], ["failed"], ["queued"]])
+    with pytest.raises(LauncherError) as info:
+        run_batch(client, [request(1), request(2), request(3)])
+    assert info.value.what.startswith("Clip 2/3: ") and "engine blew up" in info.value.text()
+    assert sorted(client.deleted) == ["job-0", "job-1", "job-2"]
+
+
+def test_clips_of_different_sizes_are_refused_with_the_fix():
+    # what a server that changes one clip's frame count looks like (within that request's bounds)
+    client = FakeClient([["completed"], ["completed"]], shape={1: (F + 4, W, H)})
+    reqs = [request(1), VideoRequest("a fox", width=W, height=H, num_frames=F + 4, fps=16, steps=3, seed=2)]
+    with pytest.raises(LauncherError) as info:
+        run_batch(client, reqs)
+    err = info.value
+    assert "differ in size" in err.what and "clip 2 is 9 frames 64x32" in err.what and "clip 1 is 5 frames" in err.what
+    assert "width, height and frames" in err.fix and err.setting == "width"
+    assert sorted(client.deleted) == ["job-0", "job-1"]
+
+
+def test_one_deadline_for_the_whole_batch_deletes_every_job():
+    client = FakeClient([["completed"], ["in_progress"], ["queued"]])
+    with pytest.raises(LauncherError) as info:
+        run_batch(client, [request(1), request(2), request(3)], timeout_s=0.0)
+    assert "did not finish within 0 s" in info.value.what and "1 of 3 clips" in info.value.why
+    assert sorted(client.deleted) == ["job-0", "job-1", "job-2"]
+
+
+def test_an_empty_batch_is_a_programming_error():
+    with pytest.raises(ValueError):
+        run_batch(FakeClient([]), [])

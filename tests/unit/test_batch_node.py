@@ -1,0 +1,173 @@
+"""Generate Batch (nodes/batch_node.py, nodes/batch_session.py) without a server: its schema is
+Generate Video's, the clip list and its cap, the one progress bar, and what a cancel hands to the
+supervisor's cancel policy."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import pytest
+
+from vllm_omni_launcher import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
+from vllm_omni_launcher.client.batch import BatchCancelled, BatchUpdate
+from vllm_omni_launcher.errors import LauncherError
+from vllm_omni_launcher.nodes import batch_session
+from vllm_omni_launcher.nodes.batch_session import BatchProgress, clip_plan, prompt_lines
+from vllm_omni_launcher.nodes.handles import ServerHandle
+
+BATCH, GENERATE = NODE_CLASS_MAPPINGS["VLLMOmniGenerateBatch"], NODE_CLASS_MAPPINGS["VLLMOmniGenerateVideo"]
+
+
+def test_batch_node_is_registered_with_list_videos_and_a_summary():
+    assert NODE_DISPLAY_NAME_MAPPINGS["VLLMOmniGenerateBatch"] == "vLLM-Omni Generate Batch"
+    assert BATCH.RETURN_TYPES == ("IMAGE", "FLOAT", "VIDEO", "STRING")
+    assert BATCH.OUTPUT_IS_LIST == (False, False, True, False)       # one VIDEO per clip, one IMAGE batch
+    assert BATCH.CATEGORY == GENERATE.CATEGORY and hasattr(BATCH, BATCH.FUNCTION)
+
+
+def test_batch_inputs_are_generate_videos_with_prompts_and_batch_count():
+    gen, batch = GENERATE.INPUT_TYPES(), BATCH.INPUT_TYPES()
+    expected = [("prompts" if n == "prompt" else n) for n in gen["required"]]
+    expected.insert(expected.index("seed") + 1, "batch_count")
+    assert list(batch["required"]) == expected
+    for name, spec in gen["required"].items():
+        if name != "prompt":
+            assert batch["required"][name] == spec, name               # the same declaration, not a copy to drift
+    assert batch["optional"] == gen["optional"] and batch["hidden"] == gen["hidden"]
+    assert batch["required"]["prompts"][1]["multiline"]
+    count = batch["required"]["batch_count"]
+    assert count[0] == "INT" and count[1]["min"] == 1 and count[1]["default"] == 1
+
+
+def test_prompt_lines_ignore_blank_lines_and_spaces():
+    assert prompt_lines("a fox\n\n   \n  a cat in rain  \r\nowl\n") == ["a fox", "a cat in rain", "owl"]
+
+
+def test_clip_plan_is_every_prompt_with_seeds_seed_to_seed_plus_count_minus_one():
+    assert clip_plan("fox\ncat", seed=7, batch_count=3, limit=8) == [
+        ("fox", 7), ("fox", 8), ("fox", 9), ("cat", 7), ("cat", 8), ("cat", 9)]
+    assert clip_plan("fox", seed=2 ** 63 - 1, batch_count=2, limit=8) == [("fox", 2 ** 63 - 1), ("fox", 0)]
+
+
+def test_clip_plan_refuses_no_prompt_and_more_clips_than_the_machine_allows():
+    with pytest.raises(LauncherError) as info:
+        clip_plan(" \n\n", seed=1, batch_count=2, limit=8)
+    assert info.value.setting == "prompts"
+    with pytest.raises(LauncherError) as info:
+        clip_plan("a\nb\nc", seed=1, batch_count=3, limit=8)
+    err = info.value
+    assert "9 clips" in err.what and "allows 8" in err.what and err.setting == "batch_count"
+    assert "max_batch_clips" in err.why and "max_batch_clips" in err.fix
+
+
+def test_the_cap_comes_from_the_local_config_and_is_checked_before_anything_is_sent(tmp_path, monkeypatch):
+    config = tmp_path / "launcher.json"
+    config.write_text(json.dumps({"max_batch_clips": 2}))
+    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_CONFIG", str(config))
+    contacted: list[Any] = []
+    monkeypatch.setattr(batch_session.session, "job_client", lambda *a: contacted.append(a))
+    handle = ServerHandle("remote", "http://127.0.0.1:9", "Wan-AI/Wan2.2-TI2V-5B-Diffusers", "ti2v_5b")
+    node = BATCH()
+    with pytest.raises(LauncherError) as info:
+        node.generate(handle, prompts="a fox\na cat", negative_prompt="", width=0, height=0, frames=0, fps=0.0,
+                      steps=0, guidance=-1.0, guidance_2=-1.0, boundary_ratio=-1.0, flow_shift=-1.0, seed=1,
+                      batch_count=2)
+    assert "4 clips" in info.value.what and "allows 2" in info.value.what and not contacted
+
+
+def test_the_cap_setting_is_validated_like_every_setting(tmp_path, monkeypatch):
+    from vllm_omni_launcher.server.local_config import load_local_config
+
+    config = tmp_path / "launcher.json"
+    config.write_text(json.dumps({"max_batch_clips": 0}))
+    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_CONFIG", str(config))
+    with pytest.raises(LauncherError) as info:
+        load_local_config()
+    assert info.value.setting == "max_batch_clips"
+
+
+# --------------------------------------------------------------------------- progress
+class Reporter:
+    def __init__(self) -> None:
+        self.bars: list[tuple[float, float]] = []
+        self.texts: list[str] = []
+
+    def bar(self, value: float, total: float) -> None:
+        self.bars.append((value, total))
+
+    def text(self, text: str) -> None:
+        self.texts.append(text)
+
+
+@dataclass
+class Denoise:
+    run_id: int
+    step: int
+    total: int
+    done: bool = False
+
+    def denoised_after(self, run_floor: int) -> bool:
+        return self.run_id > run_floor and self.done
+
+
+def test_one_bar_over_the_steps_of_all_clips_and_clip_k_of_n_in_the_text():
+    reporter, current = Reporter(), [Denoise(3, 0, 10)]
+    bar = BatchProgress(reporter, clips=3, steps=10, local_progress=lambda: current[0], run_floor=3)
+    bar.on_update(BatchUpdate(("queued", "queued", "queued"), 1.0))            # an earlier job's run: 0
+    current[0] = Denoise(4, 4, 10)
+    bar.on_update(BatchUpdate(("in_progress", "queued", "queued"), 2.0))
+    current[0] = Denoise(5, 6, 10)
+    bar.on_update(BatchUpdate(("done", "in_progress", "queued"), 9.0))
+    current[0] = Denoise(6, 2, 10)
+    bar.on_update(BatchUpdate(("done", "done", "in_progress"), 14.0))
+    bar.finish()
+    assert reporter.bars == [(0, 30), (4, 30), (16, 30), (22, 30), (30, 30)]
+    assert reporter.texts[0].startswith("Clip 1/3 queued")
+    assert reporter.texts[1].startswith("Clip 1/3: step 4/10") and reporter.texts[2].startswith("Clip 2/3: step 6/10")
+    assert reporter.texts[3].startswith("Clip 3/3: step 2/10")
+
+
+def test_a_batched_wave_moves_all_its_clips_and_says_they_run_together():
+    reporter = Reporter()
+    bar = BatchProgress(reporter, clips=4, steps=10, local_progress=lambda: Denoise(2, 5, 10), run_floor=1)
+    bar.on_update(BatchUpdate(("in_progress",) * 4, 3.0))
+    assert reporter.bars == [(20, 40)] and reporter.texts[0].startswith("Clips 1-4/4 running together: step 5/10")
+    assert not bar.due()
+    done = BatchProgress(reporter, clips=1, steps=10, local_progress=lambda: Denoise(2, 10, 10, True), run_floor=1)
+    assert done.due()                                   # the wave's last step: poll fast
+
+
+def test_remote_bar_moves_clip_by_clip():
+    reporter = Reporter()
+    bar = BatchProgress(reporter, clips=2, steps=8)
+    bar.on_update(BatchUpdate(("in_progress", "queued"), 1.0))
+    bar.on_update(BatchUpdate(("done", "in_progress"), 5.0))
+    assert reporter.bars == [(0, 16), (8, 16)] and reporter.texts[1].startswith("Clip 2/2: running")
+    assert not bar.due()
+
+
+# --------------------------------------------------------------------------- cancel
+class Supervisor:
+    def __init__(self) -> None:
+        self.cancels: list[tuple[str, Optional[int], bool]] = []
+
+    def cancel_job(self, job_id: str, run_floor: int = -1, queued: bool = False) -> Any:
+        self.cancels.append((job_id, None if queued else run_floor, queued))
+        return type("Decision", (), {"text": "Letting it drain: GPU free in ~3 s"})()
+
+
+def test_a_local_cancel_hands_the_one_running_denoise_to_the_cancel_policy():
+    sup = Supervisor()
+    cancelled = BatchCancelled([("j2", "queued"), ("j3", "queued"), ("j1", "in_progress")], True, 1, 4)
+    text = batch_session._cancel_text(cancelled, sup, run_floor=7)
+    assert sup.cancels == [("j2", None, True), ("j3", None, True), ("j1", 7, False)]
+    assert "deleted 3 job(s)" in text and "2 never reached the GPU" in text and "GPU free in ~3 s" in text
+
+
+def test_a_batched_wave_is_weighed_once_and_a_remote_cancel_says_the_gpu_stays_busy():
+    sup = Supervisor()
+    batch_session._cancel_text(BatchCancelled([("a", "in_progress"), ("b", "in_progress")], True, 0, 2), sup, 3)
+    assert sup.cancels == [("a", 3, False)]
+    text = batch_session._cancel_text(BatchCancelled([("a", "in_progress")], False, 0, 1), None, -1)
+    assert "did not confirm" in text and "cannot abort" in text

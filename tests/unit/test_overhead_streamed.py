@@ -1,0 +1,348 @@
+"""Decoding the server's MP4 while it downloads (client/body_buffer.py, client/streamed_download.py).
+
+The MP4s are real (libx264 through PyAV, index after the data as vLLM-Omni writes them); the
+servers are our own on 127.0.0.1: a FileResponse-like one that honours `Range` (the way
+upstream's Starlette FileResponse does), and hostile variants (no range support, a tail that
+disagrees with the file, a body that stops).
+"""
+from __future__ import annotations
+
+import io
+import threading
+import time
+from fractions import Fraction
+from typing import Any, Callable, Iterator, Optional
+
+import av
+import numpy as np
+import pytest
+
+import hostile_server as hs
+from test_hostile_server import job_body, job_routes
+from vllm_omni_launcher.client import streamed_download
+from vllm_omni_launcher.client.api import VideoClient, VideoRequest
+from vllm_omni_launcher.client.body_buffer import BodyBuffer
+from vllm_omni_launcher.client.bounds import bounds_for
+from vllm_omni_launcher.client.frames import PreparedOutput, decode_mp4
+from vllm_omni_launcher.client.streamed_download import download_decoding
+from vllm_omni_launcher.client.transport import Cancelled, Deadlines, RetryPolicy, Transport
+from vllm_omni_launcher.errors import LauncherError
+
+PATH = "/v1/videos/v1/content"
+W, H, F = 320, 192, 25
+CANCEL_LATENCY_S = 1.5
+
+
+def noisy_clip(width: int = W, height: int = H, frames: int = F) -> bytes:
+    """A real H.264 MP4 of noise (so frames differ and decode errors would show), index at the end."""
+    rng = np.random.default_rng(7)
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mp4") as out:
+        stream = out.add_stream("libx264", rate=Fraction(16))
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.options = {"preset": "ultrafast", "crf": "18"}
+        for _ in range(frames):
+            frame = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def clip() -> bytes:
+    data = noisy_clip()
+    assert data.index(b"mdat") < data.index(b"moov")      # like upstream: the index after the data
+    assert len(data) >= streamed_download.TAIL_MIN_BYTES   # large enough that the tail is fetched
+    return data
+
+
+def file_route(data: bytes, *, ranges: bool = True, tail_data: Optional[bytes] = None,
+               pause_s: float = 0.0, cut_at: Optional[int] = None) -> hs.Route:
+    """GET of a file like Starlette's FileResponse: `Accept-Ranges: bytes`, and a suffix range
+    answered with 206 (from `tail_data` when given: a server whose two answers disagree). The
+    whole answer pauses `pause_s` before its last quarter (so a decoder has to wait for it) and
+    stops at `cut_at` when given."""
+    def route(peer: hs.Peer) -> None:
+        wanted = peer.exchange.headers.get("range", "")
+        if ranges and wanted.startswith("bytes=-"):
+            start = max(0, len(data) - int(wanted[len("bytes=-"):]))
+            body = (tail_data or data)[start:]
+            if peer.head(206, {"Content-Type": "video/mp4", "Content-Length": len(body), "Accept-Ranges": "bytes",
+                               "Content-Range": f"bytes {start}-{len(data) - 1}/{len(data)}"}):
+                peer.send(body)
+            return
+        headers: dict[str, Any] = {"Content-Type": "video/mp4", "Content-Length": len(data)}
+        if ranges:
+            headers["Accept-Ranges"] = "bytes"
+        if not peer.head(200, headers):
+            return
+        body = data if cut_at is None else data[:cut_at]
+        split = len(body) * 3 // 4
+        if peer.send(body[:split]):
+            time.sleep(pause_s)
+            peer.send(body[split:])
+    return route
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[hs.Route], hs.HostileServer]]:
+    servers: list[hs.HostileServer] = []
+
+    def start(route: hs.Route) -> hs.HostileServer:
+        servers.append(hs.HostileServer({("GET", PATH): route}))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def fetch(url: str, data_len: int, **kw: Any) -> streamed_download.StreamedVideo:
+    transport = Transport(url, deadlines=kw.pop("deadlines", Deadlines()), retry=kw.pop("retry", RetryPolicy()))
+    try:
+        return download_decoding(transport, PATH, what="Downloading job v1", job_id="v1", max_bytes=data_len + 1024,
+                                 cap_reason="", bounds=bounds_for(W, H, F, {}), **kw)
+    finally:
+        transport.close()
+
+
+# ----------------------------------------------------------------------------- the result
+
+def test_streamed_decode_gives_exactly_the_frames_and_bytes_of_download_then_decode(serve, clip):
+    reference = decode_mp4(clip, bounds=bounds_for(W, H, F, {}))
+    server = serve(file_route(clip))
+    got = fetch(server.url, len(clip))
+    assert got.mp4 == clip
+    assert got.video.frames.shape == (F, H, W, 3) and got.video.frames.dtype == np.float32
+    assert got.video.frames.flags.c_contiguous
+    assert np.array_equal(got.video.frames, reference.frames) and got.video.fps == reference.fps == 16
+    ranged = [e for e in server.calls("GET", PATH) if "range" in e.headers]
+    assert [e.headers["range"] for e in ranged] == [f"bytes=-{streamed_download.TAIL_BYTES}"]
+
+
+def test_decoding_starts_before_the_last_byte_when_the_tail_comes_first(serve, clip):
+    """The whole answer stalls before its last quarter; with the tail (the index) in, the decoder
+    has frames out of the first three quarters before the stall ends."""
+    server = serve(file_route(clip, pause_s=1.0))
+    seen: list[tuple[float, int]] = []                         # (when, file position after the read)
+    original = streamed_download.decode_mp4
+
+    def watching(source: Any, **kw: Any) -> Any:
+        real_read = source.read
+
+        def read(n: int = -1) -> bytes:
+            out = real_read(n)
+            seen.append((time.monotonic(), source.tell()))
+            return out
+        source.read = read
+        return original(source, **kw)
+
+    streamed_download.decode_mp4 = watching
+    try:
+        t0 = time.monotonic()
+        got = fetch(server.url, len(clip))
+    finally:
+        streamed_download.decode_mp4 = original
+    assert got.downloaded_at - t0 >= 0.9                      # the stall was real
+    middle = [pos for t, pos in seen if t - t0 < 0.9 and len(clip) // 3 < pos < len(clip) * 3 // 4]
+    assert middle, "the decoder read no frame data while the download stalled"
+
+
+def test_without_range_support_it_waits_for_the_whole_file_and_asks_once(serve, clip):
+    server = serve(file_route(clip, ranges=False))
+    got = fetch(server.url, len(clip))
+    assert got.mp4 == clip and got.video.num_frames == F
+    assert len(server.calls("GET", PATH)) == 1                # no range asked of a server without them
+
+
+def test_a_tail_that_disagrees_with_the_file_is_an_error_not_a_mixed_video(serve, clip):
+    bad = bytearray(clip)
+    bad[-40] ^= 0xFF                                          # inside the index
+    server = serve(file_route(clip, tail_data=bytes(bad), pause_s=0.3))
+    with pytest.raises(LauncherError) as info:
+        fetch(server.url, len(clip))
+    assert "changed while it was being downloaded" in info.value.what and info.value.setting == "server"
+
+
+def test_a_body_cut_short_is_the_download_error_even_while_decoding(serve, clip):
+    server = serve(file_route(clip, cut_at=len(clip) // 2))
+    with pytest.raises(LauncherError) as info:
+        fetch(server.url, len(clip), retry=RetryPolicy(tries=1))
+    assert info.value.what.startswith("Lost the connection")  # the download's error, not the decoder's
+    assert "IncompleteRead" in info.value.raw
+
+
+def test_cancel_during_a_stalled_download_ends_the_decode_within_a_second(serve, clip):
+    server = serve(file_route(clip, pause_s=30.0))
+    flag = threading.Event()
+    threading.Timer(0.5, flag.set).start()
+    t0 = time.monotonic()
+    with pytest.raises(Cancelled):
+        fetch(server.url, len(clip), should_cancel=flag.is_set)
+    assert time.monotonic() - t0 - 0.5 < CANCEL_LATENCY_S
+
+
+def test_a_clip_outside_the_request_is_refused_before_frames_are_allocated(serve):
+    big = noisy_clip(640, 384, 5)
+    server = serve(file_route(big))
+    transport = Transport(server.url)
+    try:
+        with pytest.raises(LauncherError) as info:
+            download_decoding(transport, PATH, what="d", job_id="v1", max_bytes=len(big) + 1, cap_reason="",
+                              bounds=bounds_for(W, H, F, {}))
+    finally:
+        transport.close()
+    assert "does not match the request" in info.value.what
+
+
+# ----------------------------------------------------------------------------- the buffer
+
+def whole_sink(buf: BodyBuffer, size: Optional[int]) -> Any:
+    sink = buf.whole()
+    sink.begin(200, {}, size)
+    return sink
+
+
+def tail_sink(buf: BodyBuffer, start: int, data: bytes) -> None:
+    sink = buf.tail()
+    sink.begin(206, {"Content-Range": f"bytes {start}-{len(data) - 1}/{len(data)}"}, len(data) - start)
+    sink.fill(start, data[start:])
+    sink.done(len(data) - start)
+
+
+def test_a_read_waits_for_its_bytes_and_returns_them_once_they_arrive():
+    buf = BodyBuffer()
+    sink = whole_sink(buf, 8)
+    reader = buf.reader()
+    threading.Timer(0.3, lambda: sink.fill(0, b"abcd")).start()
+    t0 = time.monotonic()
+    assert reader.read(4) == b"abcd" and time.monotonic() - t0 >= 0.25
+    sink.fill(4, b"efgh")
+    sink.done(8)
+    assert reader.read(100) == b"efgh" and reader.read(1) == b""
+    assert buf.value() == b"abcdefgh"
+
+
+def test_the_tail_is_readable_before_the_middle_and_the_end_seek_knows_the_size():
+    data = bytes(range(200))
+    buf = BodyBuffer()
+    whole = whole_sink(buf, len(data))
+    whole.fill(0, data[:50])
+    tail_sink(buf, 150, data)
+    reader = buf.reader()
+    assert reader.seek(-10, io.SEEK_END) == 190 and reader.read(10) == data[190:]
+    reader.seek(150)
+    assert reader.read(50) == data[150:]
+    reader.seek(0)
+    assert reader.read(50) == data[:50]
+    whole.fill(50, data[50:])
+    whole.done(len(data))
+    assert buf.value() == data
+
+
+def test_a_retry_that_sends_other_bytes_for_what_was_already_read_is_an_error():
+    buf = BodyBuffer()
+    sink = whole_sink(buf, 8)
+    sink.fill(0, b"abcd")
+    sink.fill(0, b"ab")                                       # a second try from 0, same bytes: fine
+    with pytest.raises(LauncherError) as info:
+        sink.fill(2, b"XY")
+    assert "changed" in info.value.what
+
+
+def test_a_whole_answer_that_contradicts_a_complete_tail_is_an_error():
+    data = bytes(range(100))
+    buf = BodyBuffer()
+    sink = whole_sink(buf, 100)
+    tail_sink(buf, 60, data)
+    sink.fill(0, data[:60])
+    with pytest.raises(LauncherError):
+        sink.fill(60, b"\x00" * 40)
+
+
+def test_without_a_length_the_buffer_grows_and_the_end_comes_with_the_last_byte():
+    buf = BodyBuffer()
+    sink = whole_sink(buf, None)
+    reader = buf.reader()
+    sink.fill(0, b"xyz")
+    threading.Timer(0.2, lambda: sink.done(3)).start()
+    assert reader.seek(0, io.SEEK_END) == 3                  # waited for the end
+    reader.seek(0)
+    assert reader.read(10) == b"xyz" and reader.read(10) == b""
+
+
+def test_a_failed_download_wakes_a_blocked_reader_with_its_error():
+    buf = BodyBuffer()
+    whole_sink(buf, 10)
+    boom = LauncherError("The download broke", "test", "none")
+    threading.Timer(0.2, lambda: buf.fail(boom)).start()
+    with pytest.raises(LauncherError) as info:
+        buf.reader().read(5)
+    assert info.value is boom
+
+
+# ----------------------------------------------------------------------------- the output, made early
+
+def test_decode_into_a_prepared_array_fills_that_array_with_the_same_frames(clip):
+    reference = decode_mp4(clip, bounds=bounds_for(W, H, F, {}))
+    prepared = PreparedOutput(F, H, W)
+    array = prepared.take()
+    assert array is not None and prepared.take() is None              # handed over once
+    got = decode_mp4(clip, bounds=bounds_for(W, H, F, {}), into=array)
+    assert got.frames is array and np.array_equal(got.frames, reference.frames)
+
+
+def test_a_prepared_array_of_another_shape_is_left_alone(clip):
+    other = PreparedOutput(F - 4, H, W).take()
+    assert other is not None
+    got = decode_mp4(clip, into=other)
+    assert got.frames is not other and got.frames.shape == (F, H, W, 3) and other.shape == (F - 4, H, W, 3)
+    assert not other.any()                                          # never written
+
+
+def test_generate_decodes_into_the_array_it_prepared_once_the_job_was_due(clip, monkeypatch):
+    made: list[PreparedOutput] = []
+    original_take = PreparedOutput.take
+
+    def take(self: PreparedOutput) -> Any:
+        array = original_take(self)
+        if array is not None:
+            made.append(array)
+        return array
+
+    monkeypatch.setattr(PreparedOutput, "take", take)
+    routes = job_routes(file_route(clip), job_id="v1", status=_status_sequence(["in_progress", "completed"]))
+    server = hs.HostileServer(routes)
+    try:
+        with VideoClient(server.url) as client:
+            result = client.generate(VideoRequest("x", width=W, height=H, num_frames=F, fps=16),
+                                     due=lambda: True, poll_interval=0.05)
+    finally:
+        server.close()
+    assert made and result.video is not None and result.video.frames is made[0]
+    assert np.array_equal(result.video.frames, decode_mp4(clip).frames)
+
+
+def _status_sequence(statuses: list[str]) -> hs.Route:
+    """GET /v1/videos/v1 answers each status in turn, then the last one forever."""
+    left = list(statuses)
+
+    def route(peer: hs.Peer) -> None:
+        status = left.pop(0) if len(left) > 1 else left[0]
+        hs.answer(200, job_body("v1", status))(peer)
+    return route
+
+
+@pytest.mark.parametrize("width, height, frames, expected", [
+    (1280, 704, 121, (121, 704, 1280)),    # TI2V-5B 720p: nothing upstream floors or rounds
+    (832, 480, 49, (49, 480, 832)),
+    (1280, 720, 81, None),                 # 720 stays for A14B, becomes 704 for TI2V-5B: not known here
+    (1280, 704, 120, None),                # rounded to 4k+1 by the server
+    (None, None, 81, None),                # the server picks the size
+])
+def test_the_output_is_prepared_only_for_a_shape_the_request_fixes(width, height, frames, expected):
+    from vllm_omni_launcher.client.api import _expected_shape
+
+    assert _expected_shape(VideoRequest("x", width=width, height=height, num_frames=frames), 1) == expected
