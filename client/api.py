@@ -264,8 +264,7 @@ class VideoClient:
                 if state.status == "completed":
                     break
                 if state.status == "failed":
-                    raise job_failed_error(job_id, state.error or "", self._http.redact(_job_text(state)),
-                                           state.error_code)
+                    raise self.job_failure(job_id, state)
                 if timeout_s is not None and now - t0 > timeout_s:
                     self.delete(job_id)
                     cleanup = False
@@ -276,26 +275,25 @@ class VideoClient:
                         setting="timeout")
                 if prepared is None and shape is not None and due is not None and _quietly(due):
                     prepared = PreparedOutput(*shape)   # the frames' memory, touched while the GPU finishes
-                self._wait_for_next_poll(poll, due, should_cancel)
+                self.wait_for_next_poll(poll, due, should_cancel)
             timings["job_done"] = time.monotonic() - t0
             timings["queued"], timings["running"] = queued_s, running_s
             if state.completed_at is not None:
                 timings["detect_delay"] = max(0.0, time.time() - state.completed_at)
             if isinstance(state.raw.get("inference_time_s"), (int, float)):
                 timings["server_inference"] = float(state.raw["inference_time_s"])
-            cap_reason = (f"a {bounds.asked} clip from vLLM-Omni is at most {bounds.max_bytes / (1 << 20):.1f} MiB "
-                          "(16 bits per pixel per frame + 1 MiB)")
             video: Optional[DecodedVideo] = None
             probed: Optional[VideoInfo] = None
             if decode:
                 got = download_decoding(
                     self._http, _job_path(job_id, "/content"), what=_download_what(job_id), job_id=job_id,
-                    max_bytes=bounds.max_bytes, cap_reason=cap_reason, bounds=bounds, should_cancel=should_cancel,
+                    max_bytes=bounds.max_bytes, cap_reason=bounds.cap_reason, bounds=bounds,
+                    should_cancel=should_cancel,
                     into=prepared.take() if prepared is not None else None)
                 mp4, video = got.mp4, got.video
                 timings["downloaded"], timings["decoded"] = got.downloaded_at - t0, got.decoded_at - t0
             else:
-                mp4 = self._download(job_id, bounds.max_bytes, cap_reason, should_cancel)
+                mp4 = self._download(job_id, bounds.max_bytes, bounds.cap_reason, should_cancel)
                 timings["downloaded"] = time.monotonic() - t0
                 probed = probe_mp4(mp4, bounds=bounds)
                 timings["decoded"] = time.monotonic() - t0
@@ -312,8 +310,15 @@ class VideoClient:
                 self.delete(job_id)
         return GenerationResult(job_id, mp4, video, timings, state.raw, probed)
 
-    def _wait_for_next_poll(self, poll: float, due: Optional[Callable[[], bool]],
-                            should_cancel: Optional[Callable[[], bool]]) -> None:
+    def job_failure(self, job_id: str, state: JobState) -> LauncherError:
+        """The error for job `job_id` (our id, not the server's echo), which the server reports
+        failed: upstream's reason explained, its raw answer with this client's key redacted (the
+        one place single jobs and batches build it)."""
+        return job_failed_error(job_id, state.error or "", self._http.redact(_job_text(state)),
+                                state.error_code)
+
+    def wait_for_next_poll(self, poll: float, due: Optional[Callable[[], bool]],
+                           should_cancel: Optional[Callable[[], bool]]) -> None:
         """Sleep `poll` seconds, in FAST_POLL_S slices cut short as soon as `due()` is true."""
         if due is None:
             sleep_checking(poll, should_cancel, self._http.sleep)

@@ -7,7 +7,7 @@ otherwise they run one after the other with no gap. Sending one job at a time wo
 the first two and add a round trip per clip. The server decides; we only keep it fed.
 
 Everything goes through `VideoClient` (api.py): its submit, status, download and delete, and
-its one poll cadence (`_wait_for_next_poll`: the poll interval, fast polling while `due()`,
+its one poll cadence (`wait_for_next_poll`: the poll interval, fast polling while `due()`,
 cancel checks in 0.25 s slices). No HTTP of our own.
 
 Memory: a batch is memory, so its size is capped by the caller (the local config's
@@ -30,9 +30,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from ..errors import LauncherError
-from .api import _job_text
 from .frames import decode_mp4
-from .http_errors import job_failed_error
 from .job_results import GenerationCancelled, JobState
 from .request import VideoRequest
 from .transport import Cancelled
@@ -113,7 +111,7 @@ def run_batch(client: Any, requests: Sequence[VideoRequest], *,
     """Submit every request, poll until all are done, download and decode each as it completes.
 
     `client` is a VideoClient (or anything with its submit / status / download / delete /
-    _wait_for_next_poll). `due()`: some job should be finishing now (poll fast). A failed job,
+    wait_for_next_poll, job_failure). `due()`: some job should be finishing now (poll fast). A failed job,
     a clip of another shape than the first, or the deadline raises LauncherError; a cancel
     raises BatchCancelled. Either way no job of the batch is left on the server."""
     if not requests:
@@ -176,13 +174,13 @@ class _Batch:
                     f"{self.statuses.count(DONE)} of {len(self.jobs)} clips were done; the launcher deleted the rest",
                     "raise the time limit, make fewer or smaller clips, or check the server log for a hang",
                     setting="timeout")
-            self.client._wait_for_next_poll(poll, due, self.should_cancel)
+            self.client.wait_for_next_poll(poll, due, self.should_cancel)
 
     def _pending(self) -> list[int]:
         return [i for i, status in enumerate(self.statuses) if status != DONE]
 
     def _failed(self, i: int, state: JobState) -> LauncherError:
-        err = job_failed_error(self.jobs[i], state.error or "", _job_text(state), state.error_code)
+        err = self.client.job_failure(self.jobs[i], state)
         return LauncherError(f"Clip {i + 1}/{len(self.jobs)}: {err.what}", err.why, err.fix, setting=err.setting,
                              raw=err.raw, kind=err.kind)
 
@@ -191,12 +189,10 @@ class _Batch:
         job_id, req = self.jobs[i], self.requests[i]
         timings = {"job_done": self.elapsed()}
         bounds = req.bounds()
-        mp4 = self.client.download(
-            job_id, max_bytes=bounds.max_bytes, should_cancel=self.should_cancel,
-            cap_reason=f"a {bounds.asked} clip from vLLM-Omni is at most {bounds.max_bytes / (1 << 20):.1f} MiB "
-                       "(16 bits per pixel per frame + 1 MiB)")
+        mp4 = self.client.download(job_id, max_bytes=bounds.max_bytes, cap_reason=bounds.cap_reason,
+                                   should_cancel=self.should_cancel)
         timings["downloaded"] = self.elapsed()
-        video = decode_mp4(mp4, bounds=bounds)
+        video = decode_mp4(mp4, bounds=bounds, into=self._slot(i))   # straight into its rows when they exist
         self._place(i, video.frames)
         timings["decoded"] = self.elapsed()
         self.clips[i] = Clip(i, job_id, mp4, video.num_frames, video.height, video.width, video.fps, timings)
@@ -204,6 +200,13 @@ class _Batch:
         self.statuses[i] = DONE
         self._deleted.add(i)
         self.client.delete(job_id)
+
+    def _slot(self, i: int) -> Optional[np.ndarray]:
+        """Clip i's rows of the batch's frames (None until the first clip fixed their shape)."""
+        if self.frames is None:
+            return None
+        per_clip = self.frames.shape[0] // len(self.requests)
+        return self.frames[i * per_clip:(i + 1) * per_clip]
 
     def _place(self, i: int, frames: np.ndarray) -> None:
         n = len(self.requests)
@@ -220,7 +223,8 @@ class _Batch:
                 "request asked for the same, so the server changed one of them",
                 "set width, height and frames to explicit values (not 0), or make these clips with Generate "
                 "Video one at a time", setting="width")
-        self.frames[i * per_clip:(i + 1) * per_clip] = frames
+        if not np.shares_memory(frames, self.frames):     # decoded elsewhere (the first clip)
+            self.frames[i * per_clip:(i + 1) * per_clip] = frames
 
     def delete_left(self) -> tuple[list[tuple[str, str]], bool]:
         """DELETE every job of the batch not deleted yet, queued ones first. Returns (job id,

@@ -50,6 +50,12 @@ class ClipBounds:
         """The download cap: BITS_PER_PIXEL per pixel of the largest allowed clip, plus 1 MiB."""
         return self.max_area * self.max_frames * BITS_PER_PIXEL // 8 + CONTAINER_BYTES
 
+    @property
+    def cap_reason(self) -> str:
+        """Why max_bytes is the cap, for the error a larger download gets."""
+        return (f"a {self.asked} clip from vLLM-Omni is at most {self.max_bytes / (1 << 20):.1f} MiB "
+                f"({BITS_PER_PIXEL} bits per pixel per frame + {CONTAINER_BYTES >> 20} MiB)")
+
     def check(self, width: int, height: int, frames: Optional[int] = None) -> None:
         """Raise LauncherError when a clip of width x height (x frames, when known) cannot be the
         answer to the request."""

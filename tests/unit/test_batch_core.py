@@ -1,7 +1,8 @@
 """client/batch.py: several jobs submitted at once, polled, decoded as each completes, all deleted.
 
 The server here is a fake *client* (FakeClient): it plays a scripted vLLM-Omni job queue at the
-interface run_batch uses (submit / status / download / delete / _wait_for_next_poll), and the
+interface run_batch uses (submit / status / download / delete / job_failure / wait_for_next_poll),
+and the
 first test checks that interface against the real VideoClient's, so the fake cannot drift from
 it. Its MP4s are real H.264 clips (frame_code frames: each decoded frame says its index and seed).
 """
@@ -21,6 +22,7 @@ import frame_code  # noqa: E402
 from test_frames import encode_clip  # noqa: E402
 
 from vllm_omni_launcher.client.api import VideoClient  # noqa: E402
+from vllm_omni_launcher.client.http_errors import job_failed_error  # noqa: E402
 from vllm_omni_launcher.client.batch import BatchCancelled, BatchUpdate, run_batch  # noqa: E402
 from vllm_omni_launcher.client.job_results import GenerationCancelled, JobState  # noqa: E402
 from vllm_omni_launcher.client.request import VideoRequest  # noqa: E402
@@ -80,7 +82,10 @@ class FakeClient:
         self.deleted.append(job_id)
         return True
 
-    def _wait_for_next_poll(self, poll: float, due: Optional[Callable[[], bool]],
+    def job_failure(self, job_id: str, state: JobState) -> LauncherError:
+        return job_failed_error(job_id, state.error or "", str(state.raw), state.error_code)
+
+    def wait_for_next_poll(self, poll: float, due: Optional[Callable[[], bool]],
                             should_cancel: Optional[Callable[[], bool]]) -> None:
         self.rounds += 1
         if self.cancel_at_round is not None and self.rounds >= self.cancel_at_round:
@@ -88,7 +93,7 @@ class FakeClient:
 
 
 def test_the_fake_client_has_the_real_clients_interface():
-    for name in ("submit", "status", "download", "delete", "_wait_for_next_poll"):
+    for name in ("submit", "status", "download", "delete", "job_failure", "wait_for_next_poll"):
         fake, real = inspect.signature(getattr(FakeClient, name)), inspect.signature(getattr(VideoClient, name))
         fake_params = [(p.name, p.kind) for p in fake.parameters.values()]
         real_params = [(p.name, p.kind) for p in real.parameters.values()]
