@@ -26,11 +26,8 @@ import io
 import json
 import os
 import platform
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from fractions import Fraction
 from pathlib import Path
@@ -94,36 +91,11 @@ def make_noise_clip(count: int, width: int, height: int, fps: int, seed: int = 1
     return buf.getvalue()
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def stream_levers(data: bytes, count: int, width: int, height: int, python: str, repeat: int) -> dict:
     """overhead_bench.download_levers against bench/mp4_file_server.py serving `data`."""
-    with tempfile.TemporaryDirectory(prefix="vllm-omni-decode-bench-") as tmp:
-        path = Path(tmp) / "clip.mp4"
-        path.write_bytes(data)
-        port = free_port()
-        server = subprocess.Popen([python, str(ROOT / "bench" / "mp4_file_server.py"), str(path), str(port)])
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                    break
-                except OSError:
-                    if server.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError(f"{python} bench/mp4_file_server.py did not start (needs starlette, "
-                                           "uvicorn: pass the server venv's python as --serve-python)")
-                    time.sleep(0.1)
-            bounds = bounds_for(width, height, count, {})
-            return overhead_bench.download_levers(f"http://127.0.0.1:{port}", None, "bench", bounds, repeat,
-                                                  (count, height, width))
-        finally:
-            server.terminate()
-            server.wait(10)
+    with overhead_bench.served_mp4(data, python) as url:
+        return overhead_bench.download_levers(url, None, "bench", bounds_for(width, height, count, {}), repeat,
+                                              (count, height, width))
 
 
 def floor_decode(data: bytes) -> np.ndarray:

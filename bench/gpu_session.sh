@@ -14,8 +14,19 @@
 #   bash bench/gpu_session.sh A14B MODE    MODE eager | compile: setup without TI2V-5B, the full-size
 #                                          T2V-A14B (built once per warm machine, ~1-2 min), then
 #                                          bench/gpu_a14b.py on one GPU -> $OUT/A14B/MODE.{json,log}
+#   bash bench/gpu_session.sh R [tiny|full] setup without building TI2V-5B (cheap once O ran in this warm
+#                                          machine), then issue 17's replica bench on GPU 0: 1 against 2
+#                                          replicas (bench/throughput_bench.py --one-gpu, Supervisor + client)
+#                                          of the tiny TI2V (default) or the full-size TI2V-5B O built
+#                                          (full; R_ARGS replaces the request options) -> $OUT/R/
+#   bash bench/gpu_session.sh J            setup without building TI2V-5B, then issue 17's head + joined replica
+#                                          on GPU 0 (bench/gpu_join.py: our HeadRole and JoinRole Supervisors in one
+#                                          driver, the tiny TI2V, eager; jobs, kill -9 of the joined runtime, the
+#                                          restarts, Stop) -> $OUT/J/ (J_ARGS, J_LIMIT_S default 330 s)
 #   bash bench/gpu_session.sh cpu-o        the CPU rehearsal of O (stub server, tiny TI2V)
+#   bash bench/gpu_session.sh cpu-r        the CPU rehearsal of R (stub server, tiny TI2V)
 #   bash bench/gpu_session.sh cpu-a14b     the CPU rehearsal of A14B (stub server, tiny-dimension A14B)
+#   bash bench/gpu_session.sh cpu-j        the CPU rehearsal of J (stub server, tiny TI2V; ~10 vLLM imports)
 #
 # setup: pieces -> $KIT/{wheels,comfy-wheels,comfyui,gpu-kit}; server venv = image python -m venv
 # + zz_image.pth (the image python is itself a venv, so --system-site-packages would not see its
@@ -26,7 +37,9 @@
 # DEADLINE_S (seconds the driver may use), DRIVER_ARGS (more driver options, e.g. "--eager --steps 4"),
 # B_ARGS (more calibration options, e.g. "--only tiling_module"), NO_LORA=1 (B without the LoRA check),
 # NO_TI2V=1 (setup skips building the TI2V-5B folder; the A14B phases set it), O_ARGS (the overhead
-# bench's options), A14B_ARGS (more bench/gpu_a14b.py options, e.g. "--shapes 832x480x81").
+# bench's options), R_ARGS (the replica bench's request options), R_LIMIT_S (R's end, default 300 s of
+# this script: SIGINT then, the bench's finally stops the server), A14B_ARGS (more bench/gpu_a14b.py
+# options, e.g. "--shapes 832x480x81").
 # Disk (64 GiB on the device): TI2V-5B takes ~23 GB and the A14B folder ~29 GB (+11 GB when it
 # cannot hardlink TI2V-5B's encoder); when df says the A14B folder will not fit, the TI2V-5B
 # transformer and VAE are deleted first (its text encoder is kept for the link; O must run before).
@@ -42,7 +55,7 @@ MODEL=ti2v-5b-fullsize
 A14B_MODEL=t2v-a14b-fullsize
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 HF_HUB_OFFLINE=1
 export PYTHONUNBUFFERED=1
-phase="${1:?phase: receive NN | setup | A | A2 | B | O | A14B eager|compile | cpu | cpu-o | cpu-a14b}"
+phase="${1:?phase: receive NN | setup | A | A2 | B | O | R [tiny|full] | J | A14B eager|compile | cpu | cpu-o | cpu-r | cpu-a14b | cpu-j}"
 
 stamp() { echo "[$(date +%T)] $*"; }
 
@@ -109,7 +122,7 @@ gpu_state() {   # gpu_state FILE: the GPU and what runs on it (a leftover server
 
 o_bench() {   # o_bench PY MODEL_DIR [SERVER_CMD]: issue 14's overhead bench -> $OUT/O/overhead.{json,log}
   local py="$1" model="$2" rc=0
-  local args=(${O_ARGS:---shapes 832x480x49,1280x704x121 --steps 4 --repeat 2 --warmup 1 --lever-repeat 2})
+  local args=(${O_ARGS:---shapes 1280x704x121,832x480x49 --steps 4 --repeat 2 --warmup 1 --poll-modes due,due@0.02 --lever-repeat 3 --natural})
   [ -n "${3:-}" ] && args+=(--server-cmd "$3")
   mkdir -p "$OUT/O"; gpu_state "$OUT/O/gpu-before.txt"
   stamp "overhead bench ${args[*]}" | tee "$OUT/O/overhead.log"
@@ -117,6 +130,35 @@ o_bench() {   # o_bench PY MODEL_DIR [SERVER_CMD]: issue 14's overhead bench -> 
   timeout -s INT "$(( ${O_LIMIT_S:-585} - SECONDS ))" "$py" "$REPO/bench/overhead_bench.py" --model "$model" \
     "${args[@]}" > "$OUT/O/overhead.json" 2> >(tee -a "$OUT/O/overhead.log" >&2) || rc=$?
   sleep 1; stamp "overhead bench rc=$rc, $(wc -c < "$OUT/O/overhead.json") bytes of JSON" | tee -a "$OUT/O/overhead.log"
+}
+
+bounded_bench() {   # bounded_bench DIR LABEL LIMIT_S BENCH REPORT PY ARGS...: one bench run cut at LIMIT_S -> DIR/LABEL.log
+  local dir="$1" label="$2" limit="$3" bench="$4" report="$5" py="$6" rc=0
+  shift 6
+  mkdir -p "$dir"; gpu_state "$dir/gpu-$label.txt"
+  stamp "$bench $* (SIGINT in ${limit} s)" | tee "$dir/$label.log"
+  # SIGINT at the phase's end: the bench's finally stops its servers and writes what it measured
+  timeout -s INT "$limit" "$py" "$REPO/bench/$bench" "$@" 2>&1 | tee -a "$dir/$label.log" || rc=$?
+  sleep 1; gpu_state "$KIT/.gpu-after"
+  { echo "--- after the bench (rc=$rc)"; cat "$KIT/.gpu-after"; } >> "$dir/gpu-$label.txt"; rm -f "$KIT/.gpu-after"
+  "$py" "$REPO/bench/$report" "$dir" | tee -a "$dir/$label.log"
+  stamp "$bench $label rc=$rc" | tee -a "$dir/$label.log"
+}
+
+r_bench() {   # r_bench PY MODEL_DIR LABEL [SERVER_CMD]: issue 17's replica bench on GPU 0 -> $OUT/R/LABEL.{json,log}
+  local limit=$(( ${R_LIMIT_S:-300} - SECONDS )) server=(--vllm)
+  [ -n "${4:-}" ] && server=(--server-cmd "$4")
+  bounded_bench "$OUT/R" "$3" "$limit" throughput_bench.py gpu_replicas.py "$1" --model "$2" --one-gpu --eager \
+    --replicas 1,2 --label "$3" --out "$OUT/R/$3.json" --server-logs "$OUT/R" --deadline-s "$((limit - 8))" \
+    ${R_ARGS:---jobs 8 --shape 480x320x33 --steps 10 --poll-s 0.2} "${server[@]}"
+}
+
+j_bench() {   # j_bench PY MODEL_DIR LABEL [SERVER_CMD]: issue 17's head + joined replica on GPU 0 -> $OUT/J/LABEL.{json,log}
+  local limit=$(( ${J_LIMIT_S:-330} - SECONDS )) server=(--vllm)
+  [ -n "${4:-}" ] && server=(--server-cmd "$4")
+  bounded_bench "$OUT/J" "$3" "$limit" gpu_join.py gpu_join_report.py "$1" --model "$2" --eager --label "$3" \
+    --out "$OUT/J/$3.json" --server-logs "$OUT/J" --deadline-s "$((limit - 10))" \
+    ${J_ARGS:---jobs 2 --jobs-after 2 --shape 480x320x33 --steps 10 --stall-s 40 --poll-s 0.2} "${server[@]}"
 }
 
 a14b_model() {   # a14b_model PY DIR TI2V_DIR [--rehearsal]: the full-size random-weight T2V-A14B, once
@@ -165,13 +207,21 @@ case "$phase" in
       --out "$OUT/B/calibration.json" --data-dir "$KIT/b-data" --deadline-s "${DEADLINE_S:-$((550 - SECONDS))}" ${B_ARGS:-} \
       2>&1 | tee "$OUT/B/calibration.log" || true ;;
   O) setup; o_bench "$SERVER_ENV/bin/python" "$BASE/models/diffusers/$MODEL" ;;
+  R)
+    NO_TI2V=1 setup
+    if [ "${2:-tiny}" = full ]; then
+      [ -f "$BASE/models/diffusers/$MODEL/.done" ] || { echo "R full: no full-size TI2V-5B here (run O first)" >&2; exit 2; }
+      R_ARGS="${R_ARGS:---jobs 8 --shape 832x480x49 --steps 4 --poll-s 0.2}" \
+        r_bench "$SERVER_ENV/bin/python" "$BASE/models/diffusers/$MODEL" ti2v-5b-fullsize
+    else r_bench "$SERVER_ENV/bin/python" "$KIT/gpu-kit/models/tiny-wan22-ti2v" tiny-ti2v; fi ;;
+  J) NO_TI2V=1 setup; j_bench "$SERVER_ENV/bin/python" "$KIT/gpu-kit/models/tiny-wan22-ti2v" tiny-ti2v ;;
   A14B)
     mode="${2:?A14B eager|compile}"; mkdir -p "$OUT/A14B"
     NO_TI2V=1 setup
     a14b_model "$SERVER_ENV/bin/python" "$BASE/models/diffusers/$A14B_MODEL" "$BASE/models/diffusers/$MODEL" 2>&1 \
       | tee -a "$OUT/A14B/build.log"
     a14b_bench "$SERVER_ENV/bin/python" "$BASE/models/diffusers/$A14B_MODEL" "$mode" ;;
-  cpu-o|cpu-a14b)   # rehearsal here of O / A14B: the same functions, the stub server, tiny models on CPU
+  cpu-o|cpu-r|cpu-a14b|cpu-j)   # rehearsal here of O / R / A14B / J: the same functions, the stub server, tiny models on CPU
     : "${VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON:?set it to the stub server python (.venv-server/bin/python)}"
     KIT="${CPU_KIT:-/tmp/gpu-session-cpu-kit}"; BASE="$KIT/comfy-base"; mkdir -p "$KIT/gpu-kit" "$BASE/models/diffusers"
     rm -rf "$KIT/gpu-kit/models"; cp -r "${GPU_KIT:?set GPU_KIT to the GPU kit folder}/models" "$KIT/gpu-kit/models"
@@ -181,6 +231,13 @@ case "$phase" in
     if [ "$phase" = cpu-o ]; then
       O_ARGS="${O_ARGS:---shapes 256x160x9,320x192x17 --steps 4 --repeat 1 --warmup 1 --lever-repeat 1}" \
         o_bench "$VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON" "$KIT/gpu-kit/models/tiny-wan22-ti2v" "$stub"
+    elif [ "$phase" = cpu-r ]; then   # slower here (2 cores: each replica imports vLLM in turn)
+      R_ARGS="${R_ARGS:---jobs 4 --shape 256x128x9 --steps 4 --step-s 0.25 --poll-s 0.1}" R_LIMIT_S="${R_LIMIT_S:-1200}" \
+        r_bench "$VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON" "$KIT/gpu-kit/models/tiny-wan22-ti2v" tiny-ti2v "$stub"
+    elif [ "$phase" = cpu-j ]; then   # slower here (2 cores: ~10 vLLM-importing processes over the run)
+      J_ARGS="${J_ARGS:---jobs 4 --jobs-after 2 --shape 256x128x9 --steps 4 --step-s 0.25 --stall-s 25 --poll-s 0.2}" \
+        J_LIMIT_S="${J_LIMIT_S:-1500}" j_bench "$VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON" \
+        "$KIT/gpu-kit/models/tiny-wan22-ti2v" tiny-ti2v "$stub"
     else   # twice: the encoder built, then linked from a TI2V stand-in with too little "disk" (the prune path)
       mkdir -p "$OUT/A14B"; a14b="$BASE/models/diffusers/$A14B_MODEL"; ti2v="$BASE/models/diffusers/$MODEL"
       rm -rf "$ti2v" "$a14b"

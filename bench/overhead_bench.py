@@ -11,13 +11,22 @@ Levers measured in the same run (not assumed):
 - poll modes: `fixed` (a poll every 0.25 s) against `due` (FAST_POLL_S polls once the
   supervisor's log shows the last denoise step; against a --url server: once the job has run
   90% of what the previous job of that shape took, the remote rule of nodes/progress.py);
-- decode levers on each job's own MP4 bytes: decode_mp4 as shipped, its serial conversion
-  (workers=0), PyAV decode alone, decode + rgb24, the float32 write alone, and the PyAV
-  thread modes; and whether the MP4's index (moov) comes before its data;
-- download levers on one more job per shape, kept on the server and fetched again from its
-  /content (`download_levers`): the whole path MP4 -> IMAGE as shipped (decoded while it
-  downloads, the index fetched first with a Range request), the same without the Range tail,
-  the previous path (download, then decode), and the download alone.
+  `due@0.02` is the due rule with another fast-poll interval (here 0.02 s, session 4's);
+- decode levers on each job's own MP4 bytes: decode_mp4 as shipped, with the per-frame scaler
+  of before (PyAV's to_ndarray: a new SwsContext with a thread per core for every frame), its
+  serial conversion (workers=0), PyAV decode alone, decode + rgb24, the float32 write alone,
+  the PyAV thread modes; and whether the MP4's index (moov) comes before its data;
+- download levers on the last measured job of each shape, kept on the server and fetched again
+  from its /content (`download_levers`): the whole path MP4 -> IMAGE as shipped (decoded while it
+  downloads, the index fetched first with a Range request, into a prepared output), the same
+  with each decoder setting of SETTINGS changed (decoder threads x conversion workers, FRAME
+  threading, the scaler of before: `setting_over_shipped` < 1 means that setting was faster on
+  this machine, `best_setting` names the fastest), without the Range tail, the previous path
+  (download, then decode), the download alone, and how long the decoder waited for bytes
+  (`read_wait_s`; near 0: not download-bound, so parallel Range requests could not help);
+- `--natural`: the same client path on a clip of smooth moving content of each shape, encoded
+  with upstream's encoder settings (natural_clip), served as /content is (no GPU): what a real
+  clip costs next to a random-weight model's noise.
 
 On the stub (CPU) the MP4s are a few KB (its frames are flat blocks), so the download levers mean
 something only against a real server's clips, or with bench/decode_bench.py --noise --stream
@@ -28,7 +37,8 @@ Servers (the first two are launched and stopped by our Supervisor, as Local Serv
     python bench/overhead_bench.py --model DIR [--gpus 0] [--server-cmd CMD]     # the real server
     python bench/overhead_bench.py --url http://127.0.0.1:8091 [--api-key-env VAR]
 Common: --shapes 832x480x49,1280x704x121 --steps 4 --repeat 3 --poll-modes fixed,due
---lever-repeat 3 (0: no levers, and no extra kept job per shape).
+--lever-repeat 3 (0: no levers) --natural [--serve-python PY].
+Interrupted (SIGINT, gpu_session.sh's time limit), it still prints what it measured ("interrupted").
 The stub needs VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON (the server venv's python).
 
 JSON on stdout (one object: per-job rows, per shape and mode medians, levers); progress on stderr.
@@ -36,18 +46,22 @@ JSON on stdout (one object: per-job rows, per shape and mode medians, levers); p
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import io
 import json
 import os
 import platform
 import shlex
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from fractions import Fraction
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
@@ -134,6 +148,7 @@ def remote(url: str, api_key_env: Optional[str]) -> Target:
 # ----------------------------------------------------------------------------- one job
 def run_job(target: Target, shape: tuple[int, int, int], steps: int, fps: float, seed: int, mode: str,
             estimates: dict[tuple[int, int, int], float], keep_job: bool = False) -> tuple[dict[str, Any], bytes, Any]:
+    from vllm_omni_launcher.client import api as client_api
     from vllm_omni_launcher.client.api import VideoClient, VideoRequest
     from vllm_omni_launcher.nodes import progress as node_progress
 
@@ -142,18 +157,20 @@ def run_job(target: Target, shape: tuple[int, int, int], steps: int, fps: float,
                        fps=fps, steps=steps, seed=seed)
     due: Optional[Callable[[], bool]] = None
     running = {"s": 0.0}
-    if mode == "due" and target.progress is not None:
+    rule, _, fast = mode.partition("@")        # "due@0.02": the due rule with 0.02 s fast polls
+    if rule == "due" and target.progress is not None:
         last = target.progress()
         floor = last.run_id if last is not None else -1
         due = lambda: (lambda p: p is not None and p.denoised_after(floor))(target.progress())  # noqa: E731
-    elif mode == "due" and shape in estimates:
+    elif rule == "due" and shape in estimates:
         due = lambda: node_progress.remote_due(running["s"], estimates[shape])  # noqa: E731
 
     def on_update(update: Any) -> None:
         running["s"] = update.running_s
 
     with VideoClient(target.url, api_key=target.api_key, served_name=target.served,
-                     server_version=target.version) as client:
+                     server_version=target.version) as client, \
+            patched(client_api, "FAST_POLL_S", float(fast) if fast else client_api.FAST_POLL_S):
         result = client.generate(req, on_update=on_update, due=due, keep_job=keep_job)
     t = result.timings
     video = result.video
@@ -166,6 +183,7 @@ def run_job(target: Target, shape: tuple[int, int, int], steps: int, fps: float,
         "detect_s": None if inference is None else round(t["job_done"] - t["submit"] - inference, 4),
         "download_s": round(t["downloaded"] - t["job_done"], 4),
         "decode_s": round(t["decoded"] - t["downloaded"], 4),
+        "read_wait_s": round(t.get("read_wait", 0.0), 4), "fast_poll_s": float(fast) if fast else client_api.FAST_POLL_S,
         "queued_s": round(t.get("queued", 0.0), 4), "running_s": round(t.get("running", 0.0), 4),
         "mp4_bytes": len(result.mp4), "mp4_sha256": hashlib.sha256(result.mp4).hexdigest()[:16],
         "frames_shape": list(video.frames.shape), "dtype": str(video.frames.dtype), "fps": video.fps,
@@ -216,41 +234,95 @@ def _float_write(shape: tuple[int, ...]) -> None:
         np.multiply(src, scale, out=out[i])
 
 
+@contextlib.contextmanager
+def patched(module: Any, name: str, value: Any) -> Iterator[None]:
+    """`module.name = value` for the block (a bench lever: the shipped code with one thing changed)."""
+    old = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, old)
+
+
+def _rgb24_per_frame_scaler(frame: Any, width: int, height: int) -> Any:
+    """The rgb24 conversion before session 5: PyAV's to_ndarray, i.e. a new SwsContext per frame
+    with PyAV's default swscale threads=0 (one slice thread per core)."""
+    size = {} if frame.width == width and frame.height == height else {"width": width, "height": height}
+    return frame.to_ndarray(format="rgb24", **size)
+
+
+# Decoder settings measured side by side on the shipped path (streamed, prepared output): decoder
+# threads (0 = FFmpeg's auto: cores + 1, at most 16), conversion workers (default min(8, cores)),
+# PyAV thread_type, FFmpeg's read size from our buffer (32 KiB: ~1700 Python reads for a 55 MB
+# clip; 256 KiB is the download's chunk, the most one read returns), and the scaler of before (a
+# lever that patches frames._rgb24).
+SETTINGS: dict[str, dict[str, Any]] = {
+    "shipped": {},
+    "thread_type_frame": {"thread_type": "FRAME"},
+    "workers2": {"workers": 2},
+    "workers4": {"workers": 4},
+    "threads12_workers4": {"threads": 12, "workers": 4},
+    "threads12_workers8": {"threads": 12, "workers": 8},
+    "threads8_workers4": {"threads": 8, "workers": 4},
+    "threads8_workers8": {"threads": 8, "workers": 8},
+    "avio_buffer_256k": {"buffer_size": 256 << 10},
+    "scaler_per_frame": {"scaler": _rgb24_per_frame_scaler},
+}
+
+
 def download_levers(url: str, api_key: Optional[str], job_id: str, bounds: Any, repeat: int,
-                    shape: tuple[int, int, int]) -> dict[str, Any]:
+                    shape: tuple[int, int, int], settings: Optional[dict[str, dict[str, Any]]] = None) -> dict[str, Any]:
     """GET /v1/videos/{job_id}/content again and again, MP4 -> IMAGE each way (interleaved):
     `streamed_prepared` (shipped, as generate() runs it once the job is due: decoded while it
     downloads, Range tail for the index, into an output array of `shape` (frames, height, width)
-    made beforehand, which is not timed: it is made while the GPU finishes), `streamed` (the
-    same into fresh memory), `streamed_no_tail`, `download_then_decode` (before: whole body, then
-    decode_mp4) and `download_only`."""
+    made beforehand, which is not timed: it is made while the GPU finishes), then the same with
+    each of `settings` (default SETTINGS) changed (`setting:<name>`), `streamed` (shipped into
+    fresh memory), `streamed_no_tail`, `download_then_decode` (session 3: whole body, then
+    decode_mp4) and `download_only`. `read_wait_s`: how long the shipped decoder waited for bytes
+    (median): near 0 means the decode is not download-bound, so more connections for the body
+    (parallel Range requests) could not make it faster."""
+    from vllm_omni_launcher.client import frames as frames_mod
     from vllm_omni_launcher.client.frames import PreparedOutput, decode_mp4
     from vllm_omni_launcher.client.streamed_download import download_decoding
     from vllm_omni_launcher.client.transport import Transport
 
     path = f"/v1/videos/{job_id}/content"
+    waits: list[float] = []
 
     def download(http: Any) -> bytes:
         return http.request("GET", path, what="download", large_body=True, max_body=bounds.max_bytes).body
 
-    def streamed(http: Any, tail: bool, into: Any = None) -> Any:
-        return download_decoding(http, path, what="download", job_id=job_id, max_bytes=bounds.max_bytes,
-                                 cap_reason="", bounds=bounds, tail=tail, into=into).video
+    def streamed(http: Any, tail: bool, into: Any = None, scaler: Any = None, **tuning: Any) -> Any:
+        with patched(frames_mod, "_rgb24", scaler or frames_mod._rgb24):
+            got = download_decoding(http, path, what="download", job_id=job_id, max_bytes=bounds.max_bytes,
+                                    cap_reason="", bounds=bounds, tail=tail, into=into, **tuning)
+        return got
 
     prepared: dict[str, Any] = {}
-    cases: dict[str, Callable[[Any], Any]] = {
-        "streamed_prepared": lambda http: streamed(http, True, prepared.pop("array")),
+
+    def shipped(http: Any) -> Any:
+        got = streamed(http, True, prepared.pop("array"))
+        waits.append(got.read_wait_s)
+        return got
+
+    cases: dict[str, Callable[[Any], Any]] = {"streamed_prepared": shipped}
+    for name, tuning in (SETTINGS if settings is None else settings).items():
+        if name != "shipped":
+            cases[f"setting:{name}"] = lambda http, t=tuning: streamed(http, True, prepared.pop("array"), **t)
+    cases.update({
         "streamed": lambda http: streamed(http, True),
         "streamed_no_tail": lambda http: streamed(http, False),
         "download_then_decode": lambda http: decode_mp4(download(http), bounds=bounds),
         "download_only": download,
-    }
+    })
     times: dict[str, list[float]] = {name: [] for name in cases}
     with Transport(url, api_key) as http:
         size = len(download(http))                 # warm: connection, page cache
+        streamed(http, True)                       # warm: the decode path (imports, first-touch pools)
         for _ in range(repeat):
             for name, fn in cases.items():
-                if name == "streamed_prepared":
+                if name == "streamed_prepared" or name.startswith("setting:"):
                     prepared["array"] = PreparedOutput(*shape).take()
                 t = time.perf_counter()
                 result = fn(http)
@@ -258,34 +330,45 @@ def download_levers(url: str, api_key: Optional[str], job_id: str, bounds: Any, 
                 del result
     med = {k: median(v) for k, v in times.items()}
     out: dict[str, Any] = {"mp4_bytes": size, "cpus": os.cpu_count(), "median_s": med,
-                           "min_s": {k: round(min(v), 4) for k, v in times.items()}}
-    if med["streamed_prepared"] and med["streamed"]:
-        out["before_over_shipped"] = round(med["download_then_decode"] / med["streamed_prepared"], 3)
-        out["fresh_over_prepared"] = round(med["streamed"] / med["streamed_prepared"], 3)
+                           "min_s": {k: round(min(v), 4) for k, v in times.items()},
+                           "read_wait_s": median(waits)}
+    ours = med["streamed_prepared"]
+    if ours:
+        out["before_over_shipped"] = round(med["download_then_decode"] / ours, 3)
+        out["fresh_over_prepared"] = round(med["streamed"] / ours, 3)
         out["no_tail_over_streamed"] = round(med["streamed_no_tail"] / med["streamed"], 3)
+        # the lever table: each setting's time over the shipped one (< 1: that setting was faster here)
+        out["setting_over_shipped"] = {k.split(":", 1)[1]: round(v / ours, 3) for k, v in med.items()
+                                       if k.startswith("setting:") and v}
+        best = min(out["setting_over_shipped"].items(), key=lambda kv: kv[1], default=None)
+        out["best_setting"] = best[0] if best is not None and best[1] < 1.0 else "shipped"
     if med["download_only"]:
         out["download_mb_per_s"] = round(size / med["download_only"] / 1e6, 1)
     return out
 
 
 def levers(data: bytes, req: Any, repeat: int) -> dict[str, Any]:
-    import inspect
-
+    from vllm_omni_launcher.client import frames as frames_mod
     from vllm_omni_launcher.client.frames import decode_mp4
 
     bounds = req.bounds()
     video = decode_mp4(data, bounds=bounds)
     shape = video.frames.shape
     del video
+
+    def per_frame_scaler() -> Any:
+        with patched(frames_mod, "_rgb24", _rgb24_per_frame_scaler):
+            return decode_mp4(data, bounds=bounds)
+
     cases: dict[str, Callable[[], Any]] = {
         "decode_mp4": lambda: decode_mp4(data, bounds=bounds),
+        "decode_mp4_scaler_per_frame": per_frame_scaler,
+        "decode_mp4_serial_convert": lambda: decode_mp4(data, bounds=bounds, workers=0),
         "pyav_decode_only_auto": lambda: _pyav_pass(data, "AUTO", None),
         "pyav_decode_only_slice": lambda: _pyav_pass(data, "SLICE", None),
         "pyav_decode_rgb24_auto": lambda: _pyav_pass(data, "AUTO", "rgb24"),
         "float32_write_only": lambda: _float_write(shape),
     }
-    if "workers" in inspect.signature(decode_mp4).parameters:
-        cases["decode_mp4_serial_convert"] = lambda: decode_mp4(data, bounds=bounds, workers=0)
     times: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(repeat):               # interleaved, so drift hits every case alike
         for name, fn in cases.items():
@@ -294,13 +377,107 @@ def levers(data: bytes, req: Any, repeat: int) -> dict[str, Any]:
             times[name].append(time.perf_counter() - t)
             del result
     out: dict[str, Any] = {"moov_before_mdat": moov_before_mdat(data), "cpus": os.cpu_count(),
-                           "median_s": {k: median(v) for k, v in times.items()}}
-    ours = out["median_s"]["decode_mp4"]
-    if "decode_mp4_serial_convert" in out["median_s"] and ours:
-        out["serial_over_shipped"] = round(out["median_s"]["decode_mp4_serial_convert"] / ours, 3)
-    floor = out["median_s"]["pyav_decode_rgb24_auto"]
+                           "mp4_bytes": len(data), "median_s": {k: median(v) for k, v in times.items()}}
+    med = out["median_s"]
+    ours = med["decode_mp4"]
+    if ours:
+        out["serial_over_shipped"] = round(med["decode_mp4_serial_convert"] / ours, 3)
+        out["scaler_per_frame_over_shipped"] = round(med["decode_mp4_scaler_per_frame"] / ours, 3)
+    floor = med["pyav_decode_rgb24_auto"]
     if floor and ours:
         out["shipped_over_decode_rgb24"] = round(ours / floor, 3)
+    return out
+
+
+# ----------------------------------------------------------------------------- natural content
+# vLLM-Omni's one-shot MP4 encoder (vllm_omni/diffusion/utils/media_utils.py, mux_video_audio_bytes,
+# with the Wan defaults of wan2_2/chunked_mp4.py): libx264, yuv420p, crf 18, preset ultrafast,
+# threads 0, x264's default GOP (keyint 250: one keyframe for any Wan clip), index after the data.
+UPSTREAM_X264 = {"crf": "18", "preset": "ultrafast", "threads": "0"}
+
+
+def natural_clip(width: int, height: int, frames: int, fps: int = 24) -> bytes:
+    """A clip of smooth moving content, encoded as upstream encodes: a camera panning over a
+    soft-textured scene (blurred noise with fine detail) with a bright disc crossing it, so the
+    encoder sees motion and texture like a real clip rather than a random-weight model's noise."""
+    import av
+
+    rng = np.random.default_rng(5)
+    pan = 3                                     # pixels per frame, right and down
+    th, tw = height + pan * frames + 8, width + pan * frames + 8
+    coarse = rng.integers(0, 256, size=(th // 8 + 2, tw // 8 + 2, 3)).astype(np.float32)
+    texture = np.repeat(np.repeat(coarse, 8, 0), 8, 1)[:th, :tw]
+    for axis in (0, 1):                         # box blur 9 px, twice: soft blobs
+        for _ in range(2):
+            c = np.cumsum(texture, axis=axis, dtype=np.float32)
+            lo = np.take(c, np.arange(texture.shape[axis]) - 9, axis=axis, mode="clip")
+            texture = (c - lo) / 9.0
+    texture = np.clip(texture * 0.7 + 40 + rng.normal(0, 4, texture.shape[:2])[..., None], 0, 255).astype(np.uint8)
+    radius = int(height * 0.12)
+    yy, xx = np.mgrid[-radius:radius + 1, -radius:radius + 1]
+    disc = xx ** 2 + yy ** 2 < radius ** 2
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mp4") as out:
+        stream = out.add_stream("libx264", rate=Fraction(fps))
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.options = dict(UPSTREAM_X264)
+        for i in range(frames):
+            frame = texture[i * pan:i * pan + height, i * pan:i * pan + width].copy()
+            cx = int(width * (0.15 + 0.7 * i / max(1, frames - 1)))
+            cy = height // 2
+            frame[cy - radius:cy + radius + 1, cx - radius:cx + radius + 1][disc] = (235, 200, 90)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return buf.getvalue()
+
+
+@contextlib.contextmanager
+def served_mp4(data: bytes, python: str) -> Iterator[str]:
+    """`data` served the way vLLM-Omni serves /content (bench/mp4_file_server.py, Starlette
+    FileResponse under uvicorn on 127.0.0.1, run by `python`); yields the base URL."""
+    with tempfile.TemporaryDirectory(prefix="vllm-omni-bench-mp4-") as tmp:
+        path = Path(tmp) / "clip.mp4"
+        path.write_bytes(data)
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        server = subprocess.Popen([python, str(ROOT / "bench" / "mp4_file_server.py"), str(path), str(port)])
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    if server.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(f"{python} bench/mp4_file_server.py did not start (needs starlette "
+                                           "and uvicorn: the server venv's python has both)") from None
+                    time.sleep(0.1)
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            server.terminate()
+            server.wait(10)
+
+
+def natural_levers(shape: tuple[int, int, int], repeat: int, python: str) -> dict[str, Any]:
+    """The client path (decode while downloading, prepared output) on natural_clip of this shape,
+    served like /content, next to the download alone and the decode from memory."""
+    from vllm_omni_launcher.client.bounds import bounds_for
+    from vllm_omni_launcher.client.frames import decode_mp4
+
+    width, height, frames = shape
+    t = time.perf_counter()
+    data = natural_clip(width, height, frames)
+    made_s = round(time.perf_counter() - t, 2)
+    bounds = bounds_for(width, height, frames, {})
+    assert decode_mp4(data, bounds=bounds).frames.shape == (frames, height, width, 3)
+    with served_mp4(data, python) as url:
+        out = download_levers(url, None, "bench", bounds, repeat, (frames, height, width),
+                              settings={"shipped": {}, "workers4": {"workers": 4},
+                                        "scaler_per_frame": {"scaler": _rgb24_per_frame_scaler}})
+    out["encoder"] = {"codec": "libx264", "pix_fmt": "yuv420p", **UPSTREAM_X264, "made_s": made_s}
     return out
 
 
@@ -323,6 +500,11 @@ def main() -> int:
     parser.add_argument("--poll-modes", default="fixed,due")
     parser.add_argument("--lever-repeat", type=int, default=3, help="runs per decode lever (0: skip levers)")
     parser.add_argument("--stub-step-s", type=float, default=0.05, help="stub only: seconds per denoise step")
+    parser.add_argument("--natural", action="store_true",
+                        help="also time the client path on a natural-content clip of each shape (natural_clip), "
+                             "served like /content by bench/mp4_file_server.py (no GPU)")
+    parser.add_argument("--serve-python", default=sys.executable,
+                        help="python with starlette + uvicorn for --natural (default: this one)")
     args = parser.parse_args()
 
     import_package()
@@ -349,7 +531,7 @@ def main() -> int:
         "command": " ".join(sys.argv), "server": target.info, "steps": args.steps,
         "env": {"python": platform.python_version(), "numpy": np.__version__, "cpus": os.cpu_count(),
                 "machine": platform.machine()},
-        "jobs": [], "summary": [], "levers": {},
+        "jobs": [], "summary": [], "levers": {}, "natural": {},
     }
     estimates: dict[tuple[int, int, int], float] = {}
     try:
@@ -359,30 +541,30 @@ def main() -> int:
                 run_job(target, shape, args.steps, args.fps, seed, "fixed", estimates)
                 seed += 1
             lever_input: Optional[tuple[bytes, Any]] = None
-            for _ in range(args.repeat):
-                for mode in modes:             # interleaved, so drift hits both modes alike
-                    row, mp4, req = run_job(target, shape, args.steps, args.fps, seed, mode, estimates)
-                    seed += 1
-                    report["jobs"].append(row)
-                    lever_input = lever_input or (mp4, req)
-                    say(f"{row['shape']} {mode:>5}: wall {row['wall_s']:.3f} s, inference "
-                        f"{row['inference_time_s']} s, overhead {row['overhead_s']} s (detect {row['detect_s']}, "
-                        f"download {row['download_s']}, decode {row['decode_s']})")
+            kept: Optional[dict[str, Any]] = None
+            runs = [mode for _ in range(args.repeat) for mode in modes]   # interleaved: drift hits all alike
+            for i, mode in enumerate(runs):
+                last = i == len(runs) - 1 and args.lever_repeat > 0   # kept on the server for the download levers
+                row, mp4, req = run_job(target, shape, args.steps, args.fps, seed, mode, estimates, keep_job=last)
+                seed += 1
+                report["jobs"].append(row)
+                lever_input = lever_input or (mp4, req)
+                kept = row if last else kept
+                say(f"{row['shape']} {mode:>5}: wall {row['wall_s']:.3f} s, inference "
+                    f"{row['inference_time_s']} s, overhead {row['overhead_s']} s (detect {row['detect_s']}, "
+                    f"download {row['download_s']}, decode {row['decode_s']}, read wait {row['read_wait_s']})")
             for mode in modes:
                 rows = [r for r in report["jobs"] if r["shape"] == "x".join(map(str, shape)) and r["poll_mode"] == mode]
                 report["summary"].append({"shape": rows[0]["shape"], "poll_mode": mode, "jobs": len(rows), **{
                     f"median_{k}": median([r[k] for r in rows])
                     for k in ("wall_s", "inference_time_s", "overhead_s", "submit_s", "detect_s", "download_s",
-                              "decode_s")}})
-            if args.lever_repeat > 0 and lever_input is not None:
+                              "decode_s", "read_wait_s")}})
+            if kept is not None and lever_input is not None:
                 key = "x".join(map(str, shape))
-                report["levers"][key] = levers(*lever_input, args.lever_repeat)
-                kept, _, kept_req = run_job(target, shape, args.steps, args.fps, seed, "fixed", estimates,
-                                            keep_job=True)
-                seed += 1
                 try:
+                    report["levers"][key] = levers(*lever_input, args.lever_repeat)
                     report["levers"][key]["download"] = download_levers(
-                        target.url, target.api_key, kept["job_id"], kept_req.bounds(), args.lever_repeat,
+                        target.url, target.api_key, kept["job_id"], lever_input[1].bounds(), args.lever_repeat,
                         tuple(kept["frames_shape"][:3]))
                 finally:
                     from vllm_omni_launcher.client.api import VideoClient
@@ -390,11 +572,28 @@ def main() -> int:
                     with VideoClient(target.url, api_key=target.api_key) as client:
                         client.delete(kept["job_id"])
                 say(f"{key} download levers: {json.dumps(report['levers'][key]['download'])}")
+        if target.stop is not None:
+            target.stop()                      # the natural clips need no server, and no GPU
+            target.stop = None
+        if args.natural:
+            for shape in shapes:
+                key = "x".join(map(str, shape))
+                try:
+                    report["natural"][key] = natural_levers(shape, max(1, args.lever_repeat), args.serve_python)
+                except Exception as exc:  # noqa: BLE001 - a data point less; the jobs' numbers still print
+                    report["natural"][key] = {"error": f"{type(exc).__name__}: {exc}"}
+                say(f"{key} natural content: {json.dumps(report['natural'][key])}")
+    except KeyboardInterrupt:                  # gpu_session.sh's timeout: keep what was measured
+        report["interrupted"] = True
+        say("interrupted: reporting what was measured")
+    except Exception as exc:  # noqa: BLE001 - one device run: what was measured still prints
+        report["error"] = f"{type(exc).__name__}: {exc}"
+        say(f"failed: {report['error']}; reporting what was measured")
     finally:
         if target.stop is not None:
             target.stop()
     print(json.dumps(report, indent=1))
-    return 0
+    return 1 if "error" in report else 0
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..client.api import VideoClient
-from ..client.frames import image_to_png
+from ..client.images import image_to_png
 from ..client.request import DEFAULT_SAMPLER, SAMPLERS
 from ..client.transport import Deadlines
 from ..errors import LauncherError

@@ -6,6 +6,11 @@ left. The server gets a fresh API key that lives only in its environment; to let
 on other machines use it, `--api-key-file PATH` writes the key there (0600, removed on
 exit). `--no-api-key` serves without a key, for a trusted machine or network.
 
+Several machines (server/multi_host.py, docs/replicas.md section 7): `--accept-replicas PORT` makes
+this server vLLM-Omni's head, accepting replicas on PORT at the local config's
+replica_registration_host; `--join ADDR:PORT` runs, on a GPU box, a supervised headless replica that
+registers with that head (no HTTP port, no key; clients use the head's endpoint).
+
 The options are resolved exactly as the Local Server node resolves its Serving Config
 (planner/launch_plan.resolve_launch: the planner for `--parallel auto`, GPU selection, the OOM
 fallback, and, before anything starts, the server environment's vllm / vllm-omni pair). Results (the URL
@@ -23,7 +28,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..errors import LauncherError
-from ..server.local_config import load_local_config
+from ..server.local_config import LocalConfig, load_local_config
+from ..server.multi_host import HeadRole, JoinRole, ServerRole
 from ..server.redact import strip_control
 from ..server.registry import Status, Supervisor
 from .exit_codes import ExitCode
@@ -41,6 +47,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="serve without an API key (only on a trusted machine or network)")
     parser.add_argument("--startup-timeout", type=float, default=None, metavar="SECONDS",
                         help="give up if not ready after this long (default: scaled by model size)")
+    roles = parser.add_argument_group("several machines (vLLM-Omni head and headless replicas)")
+    role = roles.add_mutually_exclusive_group()
+    role.add_argument("--accept-replicas", type=int, default=None, metavar="PORT",
+                      help="be the head: replicas started elsewhere with `serve --join ADDR:PORT` register on PORT "
+                           "at the launcher config's replica_registration_host (default 127.0.0.1: this machine "
+                           "only). WARNING: upstream's registration has NO authentication; whoever reaches the "
+                           "port can join and receive every prompt and image, so open it only on a network that "
+                           "only your GPU boxes share")
+    role.add_argument("--join", default=None, metavar="ADDR:PORT",
+                      help="run a supervised headless replica (the launch options say model, GPUs, layout and "
+                           "replicas) that registers with the head at ADDR:PORT; it has no HTTP port: clients use "
+                           "the head's endpoint")
 
 
 def _write_key(path: Path, key: str) -> None:
@@ -68,19 +86,35 @@ def _printer() -> Callable[[Status], None]:
     return show
 
 
+def _role(args: argparse.Namespace, config: LocalConfig) -> ServerRole:
+    """The server's role from --accept-replicas / --join (a plain server without either)."""
+    if args.join is not None:
+        if args.api_key_file or args.no_api_key:
+            raise LauncherError("--join takes no API key option", "a joined replica has no HTTP port; clients "
+                                "send their key to the head", "remove --api-key-file / --no-api-key here and give "
+                                "them to the head's serve", setting="--join")
+        return JoinRole.from_config(args.join, config)
+    if args.accept_replicas is not None:
+        return HeadRole.from_config(args.accept_replicas, config)
+    return ServerRole()
+
+
 def run(args: argparse.Namespace) -> int:
     config = load_local_config()
+    role = _role(args, config)
+    if isinstance(role, JoinRole):
+        role.reachable()                # a head that is not there: say so before planning anything
     plan = launch_from_args(args, config)
     spec = plan.spec
     if plan.text:
         _say(plan.text)
-    for warning in plan.warnings:
+    for warning in [*plan.warnings, *role.warnings()]:
         print(f"warning: {warning}", file=sys.stderr)
     if args.no_api_key and spec.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: serving on {spec.host} without an API key: anyone who can reach it can use the GPUs",
               file=sys.stderr)
     sup = Supervisor(spec, config, plan.fallback, keep_alive_minutes=args.keep_alive_minutes,
-                     api_key=not args.no_api_key)
+                     api_key=not args.no_api_key and not isinstance(role, JoinRole), role=role)
 
     stop_requested = threading.Event()
 
@@ -99,16 +133,11 @@ def run(args: argparse.Namespace) -> int:
                 _say("Stopped before the server was ready.")
                 return ExitCode.INTERRUPTED
             raise                       # reported by the CLI (text or JSON) after the stop below
-        print(f"Serving {spec.served_name} at {sup.url}  (OpenAI-style API under {sup.url}/v1)", flush=True)
-        if args.no_api_key:
-            _say("No API key: requests need no Authorization header.")
-        elif key_path is not None:
-            _write_key(key_path, sup.api_key or "")
-            print(f"API key written to {key_path} (mode 0600; send it as 'Authorization: Bearer <key>').",
-                  flush=True)
+        if isinstance(role, JoinRole):
+            print(f"Replica of {spec.served_name} registered with the head at {role.host}:{role.port}; clients use "
+                  "the head's endpoint", flush=True)
         else:
-            _say("The API key exists only in the server's environment; use --api-key-file PATH to hand it to "
-                 "clients, or --no-api-key on a trusted machine.")
+            _announce(sup, spec.served_name, args.no_api_key, key_path)
         _say("Press Ctrl-C to stop.")
         written_key = sup.api_key
         while not stop_requested.wait(0.5):
@@ -138,6 +167,19 @@ def run(args: argparse.Namespace) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return code
+
+
+def _announce(sup: Supervisor, name: str, no_api_key: bool, key_path: Optional[Path]) -> None:
+    """The server's URL, and where its API key went (or that it has none)."""
+    print(f"Serving {name} at {sup.url}  (OpenAI-style API under {sup.url}/v1)", flush=True)
+    if no_api_key:
+        _say("No API key: requests need no Authorization header.")
+    elif key_path is not None:
+        _write_key(key_path, sup.api_key or "")
+        print(f"API key written to {key_path} (mode 0600; send it as 'Authorization: Bearer <key>').", flush=True)
+    else:
+        _say("The API key exists only in the server's environment; use --api-key-file PATH to hand it to "
+             "clients, or --no-api-key on a trusted machine.")
 
 
 def _leftovers(pgid: Optional[int]) -> list[int]:

@@ -12,8 +12,9 @@ Plain Python (requests, numpy, PyAV, Pillow); no ComfyUI, no torch.
 * `http_errors` failures (connection, deadline, size, HTTP error bodies) as LauncherError text
                 naming the setting to change.
 * `frames`      decode_mp4 (MP4 -> float32 [F, H, W, 3] in 0..1, one preallocated array, checked
-                against ClipBounds first), probe_mp4 (the same checks from the header only) and
-                image_to_png (IMAGE -> PNG bytes for I2V uploads).
+                against ClipBounds first) and probe_mp4 (the same checks from the header only).
+* `images`      image_to_png (IMAGE -> PNG bytes for I2V uploads).
 * `streamed_download`  the MP4 decoded while it downloads (a Range request fetches its index);
                 `body_buffer` the buffer both answers fill and the decoder reads, blocking.
+* `batch`       several jobs submitted together, polled together, each decoded as it completes.
 """

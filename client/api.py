@@ -30,11 +30,14 @@ import time
 from typing import Any, Callable, Optional
 from urllib.parse import quote
 
+import numpy as np
+
 from ..errors import LauncherError
 from ..server.redact import strip_control
+from .bounds import ClipBounds
 from .frames import DecodedVideo, PreparedOutput, VideoInfo, probe_mp4
 from .request import VideoRequest
-from .streamed_download import download_decoding
+from .streamed_download import StreamedVideo, download_decoding
 from .transport import ONE_TRY, Cancelled, Deadlines, RetryPolicy, Transport, sleep_checking
 from .http_errors import RETRY_STATUSES, error_message, http_error, job_failed_error, model_ids, parse_body
 from .job_results import GenerationCancelled, GenerationResult, JobState, JobUpdate
@@ -52,8 +55,10 @@ UNSIZED_DOWNLOAD_CAP = 256 << 20
 # Poll interval once the job is due: a status GET costs the server well under a millisecond,
 # and what is left of a due job (VAE decode, MP4 encode) lasts a fraction of a second to seconds.
 # On an H200 at 1280x704x121, completion was noticed 0.035 s after inference_time_s at 0.04 s
-# polls; half the interval is the expected wait, so 0.02 s saves about 0.01 s per job.
-FAST_POLL_S = 0.02
+# polls and 0.022 s at 0.02 s polls (832x480x49: 0.012 s); half the interval is the expected wait,
+# so 0.01 s saves about 0.005 s more per job, for about 100 loopback GETs a second during the
+# last seconds of a job (bench/overhead_bench.py measures it against 0.02 s: poll mode due@0.02).
+FAST_POLL_S = 0.01
 
 
 REMOTE_LOG_HINT = ("check the log on the machine that runs the server (`serve` prints its path); queue the "
@@ -180,6 +185,25 @@ class VideoClient:
             "GET", _job_path(job_id, "/content"), what=_download_what(job_id), job_id=job_id,
             large_body=True, max_body=max_bytes, cap_reason=cap_reason, should_cancel=should_cancel).body
 
+    def download_decoded(self, job_id: str, bounds: ClipBounds, *, into: Optional[np.ndarray] = None,
+                         should_cancel: Optional[Callable[[], bool]] = None) -> StreamedVideo:
+        """The MP4 of completed job `job_id` and its frames, decoded while it downloads
+        (streamed_download.py): at most bounds.max_bytes, the stream checked against `bounds`
+        before any frame is allocated; `into`: float32 [F, H, W, 3] rows made beforehand, used
+        when the stream is exactly that shape. The one download + decode of a finished clip:
+        `generate` and batches (batch.py) both use it. A cancel raises GenerationCancelled
+        without deleting the job."""
+        try:
+            return self._download_decoded(job_id, bounds, into, should_cancel)
+        except Cancelled:
+            raise GenerationCancelled(job_id, "completed", deleted=False) from None
+
+    def _download_decoded(self, job_id: str, bounds: ClipBounds, into: Optional[np.ndarray],
+                          should_cancel: Optional[Callable[[], bool]]) -> StreamedVideo:
+        return download_decoding(self._http, _job_path(job_id, "/content"), what=_download_what(job_id),
+                                 job_id=job_id, max_bytes=bounds.max_bytes, cap_reason=bounds.cap_reason,
+                                 bounds=bounds, should_cancel=should_cancel, into=into)
+
     def delete(self, job_id: str) -> bool:
         """DELETE /v1/videos/{id}, best effort: True when the job is gone (deleted or already
         unknown), False otherwise. Never raises. 409 "Cancellation in progress" is retried."""
@@ -220,6 +244,7 @@ class VideoClient:
           downloaded  MP4 bytes in hand (the decode runs meanwhile: streamed_download.py)
           decoded     frames and bytes in hand (decoded - downloaded: the decode left after the last byte);
                       with decode=False: the header checked
+          read_wait   (decoded only) a duration: how long the decoder waited for bytes not yet downloaded
           queued      time the job was seen queued (duration)
           running     time the job was seen in progress (duration)
           detect_delay  (when the server reports completed_at) wall-clock seconds from the
@@ -285,13 +310,11 @@ class VideoClient:
             video: Optional[DecodedVideo] = None
             probed: Optional[VideoInfo] = None
             if decode:
-                got = download_decoding(
-                    self._http, _job_path(job_id, "/content"), what=_download_what(job_id), job_id=job_id,
-                    max_bytes=bounds.max_bytes, cap_reason=bounds.cap_reason, bounds=bounds,
-                    should_cancel=should_cancel,
-                    into=prepared.take() if prepared is not None else None)
+                got = self._download_decoded(job_id, bounds, prepared.take() if prepared is not None else None,
+                                             should_cancel)
                 mp4, video = got.mp4, got.video
                 timings["downloaded"], timings["decoded"] = got.downloaded_at - t0, got.decoded_at - t0
+                timings["read_wait"] = got.read_wait_s
             else:
                 mp4 = self._download(job_id, bounds.max_bytes, bounds.cap_reason, should_cancel)
                 timings["downloaded"] = time.monotonic() - t0

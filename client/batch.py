@@ -6,8 +6,9 @@ seed are what 0.30's request batching may run in one forward (`--max-num-seqs` >
 otherwise they run one after the other with no gap. Sending one job at a time would give up
 the first two and add a round trip per clip. The server decides; we only keep it fed.
 
-Everything goes through `VideoClient` (api.py): its submit, status, download and delete, and
-its one poll cadence (`wait_for_next_poll`: the poll interval, fast polling while `due()`,
+Everything goes through `VideoClient` (api.py): its submit, status, delete, its one download +
+decode of a finished clip (`download_decoded`: the MP4 decoded while it arrives, as for one job),
+and its one poll cadence (`wait_for_next_poll`: the poll interval, fast polling while `due()`,
 cancel checks in 0.25 s slices). No HTTP of our own.
 
 Memory: a batch is memory, so its size is capped by the caller (the local config's
@@ -30,7 +31,6 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from ..errors import LauncherError
-from .frames import decode_mp4
 from .job_results import GenerationCancelled, JobState
 from .request import VideoRequest
 from .transport import Cancelled
@@ -110,7 +110,7 @@ def run_batch(client: Any, requests: Sequence[VideoRequest], *,
               poll_interval: float = 0.25, timeout_s: Optional[float] = None) -> BatchResult:
     """Submit every request, poll until all are done, download and decode each as it completes.
 
-    `client` is a VideoClient (or anything with its submit / status / download / delete /
+    `client` is a VideoClient (or anything with its submit / status / download_decoded / delete /
     wait_for_next_poll, job_failure). `due()`: some job should be finishing now (poll fast). A failed job,
     a clip of another shape than the first, or the deadline raises LauncherError; a cancel
     raises BatchCancelled. Either way no job of the batch is left on the server."""
@@ -186,17 +186,16 @@ class _Batch:
 
     def _collect(self, i: int) -> None:
         """Download clip i, decode it into its slot of the batch's frames, delete its job."""
-        job_id, req = self.jobs[i], self.requests[i]
+        job_id = self.jobs[i]
         timings = {"job_done": self.elapsed()}
-        bounds = req.bounds()
-        mp4 = self.client.download(job_id, max_bytes=bounds.max_bytes, cap_reason=bounds.cap_reason,
-                                   should_cancel=self.should_cancel)
-        timings["downloaded"] = self.elapsed()
-        video = decode_mp4(mp4, bounds=bounds, into=self._slot(i))   # straight into its rows when they exist
+        # decoded while it downloads, straight into its rows once the first clip fixed their shape
+        got = self.client.download_decoded(job_id, self.requests[i].bounds(), into=self._slot(i),
+                                           should_cancel=self.should_cancel)
+        timings["downloaded"], timings["decoded"] = got.downloaded_at - self.t0, got.decoded_at - self.t0
+        video = got.video
         self._place(i, video.frames)
-        timings["decoded"] = self.elapsed()
-        self.clips[i] = Clip(i, job_id, mp4, video.num_frames, video.height, video.width, video.fps, timings)
-        del video                           # its frames now live in the batch's array only
+        self.clips[i] = Clip(i, job_id, got.mp4, video.num_frames, video.height, video.width, video.fps, timings)
+        del video, got                      # its frames now live in the batch's array only
         self.statuses[i] = DONE
         self._deleted.add(i)
         self.client.delete(job_id)

@@ -22,6 +22,7 @@ import bisect
 import io
 import re
 import threading
+import time
 from typing import Callable, Mapping, Optional
 
 from ..errors import LauncherError
@@ -56,6 +57,7 @@ class BodyBuffer:
         self._tail_bytes = b""
         self._whole_done = False
         self._error: Optional[BaseException] = None
+        self._waited = 0.0                    # seconds the reader spent blocked on missing bytes
 
     # -- the writers (transport.BodySink) --------------------------------------------------------
     def whole(self, on_begin: Optional[Callable[[Mapping[str, str], Optional[int]], None]] = None) -> "WholeSink":
@@ -145,6 +147,13 @@ class BodyBuffer:
     def reader(self) -> "BufferReader":
         return BufferReader(self)
 
+    @property
+    def read_wait_s(self) -> float:
+        """Seconds the reader was blocked on bytes not yet in: how download-bound the decode was
+        (near 0: the download kept ahead, so more connections for the body could not help)."""
+        with self._cond:
+            return self._waited
+
     # -- the reader's side -----------------------------------------------------------------------
     def _wait_size(self) -> int:
         with self._cond:
@@ -171,7 +180,9 @@ class BodyBuffer:
     def _raise_or_wait(self) -> None:
         if self._error is not None:
             raise self._error
+        start = time.monotonic()
         self._cond.wait(WAIT_TICK_S)
+        self._waited += time.monotonic() - start
 
 
 class WholeSink:

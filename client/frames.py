@@ -1,11 +1,13 @@
-"""MP4 bytes to a ComfyUI-shaped IMAGE array, and IMAGE to PNG bytes for I2V uploads.
+"""MP4 bytes to a ComfyUI-shaped IMAGE array (the other way, IMAGE to PNG for uploads: images.py).
 
 A Wan2.2 clip is large once it is float32: 121 frames at 1280x704 are 1.3 GB. So decoding
 writes each frame straight into one preallocated [F, H, W, 3] float32 array with a single
 fused multiply (uint8 RGB * 1/255 -> float32), never a list of frames and never a
 `np.stack` of the whole clip. The rgb24 conversion and that write run on a few threads
 beside FFmpeg's own decoder threads (both release the GIL), two frames per thread in
-flight at most; serial, they were about as long as the decode itself. The frame count
+flight at most; serial, they were about as long as the decode itself. Each of those threads
+keeps one single-threaded scaler for the whole clip (`_rgb24`: PyAV's to_ndarray spawned a
+thread per core for every frame). The frame count
 comes from the stream header; when a container does not carry it, we estimate it from
 duration x rate and grow the array in place in large steps (`ndarray.resize`, which reallocates without holding two copies when
 the allocator can extend the block).
@@ -15,7 +17,7 @@ stream's width, height and header frame count are checked before anything is all
 the array never holds more frames than the request allows, and decoding stops with the
 launcher's own error at the first frame past that.
 
-Plain Python + numpy + PyAV + Pillow: no ComfyUI and no torch here. The node layer turns
+Plain Python + numpy + PyAV: no ComfyUI and no torch here. The node layer turns
 the array into a tensor with `torch.from_numpy` (no copy).
 """
 from __future__ import annotations
@@ -38,6 +40,8 @@ _SCALE = np.float32(1.0 / 255.0)
 _MIN_GROW = 32           # frames added at least when the estimate was short
 _GROW_FACTOR = 0.5       # ...or half the current capacity, whichever is larger
 MAX_WORKERS = 8          # conversion threads at most (memory bandwidth, not cores, limits beyond)
+THREAD_TYPE = "AUTO"     # the decoder's PyAV thread_type
+AVIO_BUFFER_BYTES = 32 << 10   # FFmpeg's read size from a file object (PyAV's default): one Python call each
 
 
 @dataclass
@@ -191,23 +195,48 @@ class _Converter:
 
 
 def _convert(frame: Any, out: np.ndarray, index: int, width: int, height: int) -> None:
-    if frame.width != width or frame.height != height:
-        rgb = frame.to_ndarray(format="rgb24", width=width, height=height)
-    else:
-        rgb = frame.to_ndarray(format="rgb24")
-    np.multiply(rgb, _SCALE, out=out[index])
+    np.multiply(_rgb24(frame, width, height), _SCALE, out=out[index])
+
+
+_scalers = threading.local()      # one VideoReformatter (one SwsContext) per converting thread
+
+
+def _rgb24(frame: Any, width: int, height: int) -> np.ndarray:
+    """The frame as uint8 RGB [H, W, 3] (a view of a fresh rgb24 frame), scaled to width x height.
+
+    `frame.to_ndarray(format="rgb24")` gives the same values, but PyAV makes a new
+    VideoReformatter for every frame object, so every frame built a new SwsContext, and PyAV asks
+    swscale for `threads=0` (one slice thread per core: 16 threads spawned and joined per frame on a
+    16-core box, beside the decoder's own 16 and our converters). Here each converting thread keeps
+    one reformatter for the whole clip and scales single-threaded (the converters are the
+    parallelism); swscale's output rows do not depend on its slicing, so the values are identical
+    (tests/unit/test_overhead_scaler.py)."""
+    reformatter = getattr(_scalers, "reformatter", None)
+    if reformatter is None:
+        from av.video.reformatter import VideoReformatter  # noqa: PLC0415 (PyAV is imported lazily)
+
+        reformatter = _scalers.reformatter = VideoReformatter()
+    size = {} if frame.width == width and frame.height == height else {"width": width, "height": height}
+    try:
+        rgb = reformatter.reformat(frame, format="rgb24", threads=1, **size)
+    except TypeError:             # PyAV before `threads` (its swscale was single-threaded then)
+        rgb = reformatter.reformat(frame, format="rgb24", **size)
+    return rgb.to_ndarray()
 
 
 def decode_mp4(data: Union[bytes, BinaryIO], *, bounds: Optional[ClipBounds] = None, threads: int = 0,
-               workers: Optional[int] = None, into: Optional[np.ndarray] = None) -> DecodedVideo:
+               workers: Optional[int] = None, into: Optional[np.ndarray] = None,
+               thread_type: str = THREAD_TYPE, buffer_size: int = AVIO_BUFFER_BYTES) -> DecodedVideo:
     """Decode an MP4 (H.264 yuv420p from vLLM-Omni) into float32 [F, H, W, 3] in 0..1.
 
     `data`: the bytes, or a seekable binary file (body_buffer.BufferReader: a download still
     arriving, whose reads wait for their bytes; its errors come out of here unchanged).
     `bounds`: the clips the request allows; a stream outside them is refused (LauncherError)
     before its frames are allocated. Without it the bytes are trusted (our own files).
-    `threads`: decoder threads, 0 = FFmpeg's choice (one per core). Frame and slice
-    threading are both on. `workers`: threads converting decoded frames while the decoder
+    `threads`: decoder threads, 0 = FFmpeg's choice (cores + 1, at most 16). `thread_type`:
+    PyAV's ("AUTO": frame and slice threading; upstream's x264 writes one slice per frame, so
+    frame threading does the work). `buffer_size`: the bytes FFmpeg asks of `data` per read (each
+    read of a file object is a Python call). `workers`: threads converting decoded frames while the decoder
     goes on (None: default_workers(); 0: convert inline, one frame after the other). `into`: a
     float32 [F, H, W, 3] array made beforehand (OutputArray): used when the stream's header
     says exactly that shape, so its pages are not first touched on the decode's path.
@@ -224,14 +253,14 @@ def decode_mp4(data: Union[bytes, BinaryIO], *, bounds: Optional[ClipBounds] = N
     if not size:
         raise _empty_video()
     try:
-        container = av.open(source, mode="r")
+        container = av.open(source, mode="r", buffer_size=buffer_size)
     except _ffmpeg_error(av) as exc:
         raise _bad_video(size, exc) from exc
     with container:
         if not container.streams.video:
             raise _no_video_stream(size)
         stream = container.streams.video[0]
-        stream.thread_type = "AUTO"          # frame + slice threading
+        stream.thread_type = thread_type
         stream.codec_context.thread_count = threads
         width, height = stream.codec_context.width, stream.codec_context.height
         fps = _stream_fps(stream)
@@ -350,48 +379,4 @@ def _bad_video(size: int, exc: BaseException) -> LauncherError:
     )
 
 
-def image_to_png(image: Any, *, compress_level: int = 1) -> bytes:
-    """One image as PNG bytes for the `input_reference` upload.
-
-    Accepts [H, W, 3] (or [H, W, 4], alpha dropped; or [H, W] / [H, W, 1], grey) as
-    float 0..1 or uint8, and ComfyUI's IMAGE batch shape [1, H, W, C]. A torch CPU
-    tensor works too (anything `np.asarray` takes). Float values are clipped to 0..1.
-    """
-    from PIL import Image  # noqa: PLC0415
-
-    arr = np.asarray(image)
-    if arr.ndim == 4:
-        if arr.shape[0] != 1:
-            raise LauncherError(
-                f"The start image is a batch of {arr.shape[0]} images",
-                "image-to-video takes one start image",
-                "pass a single image (e.g. with an 'Image From Batch' node)",
-                setting="image",
-            )
-        arr = arr[0]
-    if arr.ndim == 3 and arr.shape[2] == 1:
-        arr = arr[:, :, 0]
-    if arr.ndim == 3 and arr.shape[2] == 4:
-        arr = arr[:, :, :3]
-    if not (arr.ndim == 2 or (arr.ndim == 3 and arr.shape[2] == 3)) or arr.shape[0] < 1 or arr.shape[1] < 1:
-        raise LauncherError(
-            f"The start image has shape {tuple(np.asarray(image).shape)}",
-            "it must be one RGB image [H, W, 3] (ComfyUI IMAGE [1, H, W, 3])",
-            "connect an IMAGE output (e.g. Load Image) to the 'image' input",
-            setting="image",
-        )
-    if arr.dtype != np.uint8:
-        if arr.dtype.kind not in "fiub":
-            raise LauncherError(f"The start image has unsupported type {arr.dtype}",
-                                "it must hold numbers (float 0..1 or uint8)",
-                                "connect an IMAGE output to the 'image' input", setting="image")
-        if arr.dtype.kind == "f":
-            arr = np.clip(np.nan_to_num(arr.astype(np.float32, copy=False)) * 255.0 + 0.5, 0, 255).astype(np.uint8)
-        else:
-            arr = np.clip(arr, 0, 255).astype(np.uint8)
-    buf = io.BytesIO()
-    Image.fromarray(np.ascontiguousarray(arr)).save(buf, format="PNG", compress_level=compress_level)
-    return buf.getvalue()
-
-
-__all__ = ["DecodedVideo", "PreparedOutput", "VideoInfo", "decode_mp4", "image_to_png", "probe_mp4"]
+__all__ = ["DecodedVideo", "PreparedOutput", "VideoInfo", "decode_mp4", "probe_mp4"]

@@ -34,7 +34,7 @@ import numpy as np
 
 from .body_buffer import BodyBuffer
 from .bounds import ClipBounds
-from .frames import DecodedVideo, decode_mp4
+from .frames import AVIO_BUFFER_BYTES, THREAD_TYPE, DecodedVideo, decode_mp4
 from .transport import ONE_TRY, Transport
 
 TAIL_BYTES = 256 << 10          # the suffix fetched for the index: a Wan clip's moov is a few KB
@@ -51,17 +51,19 @@ class StreamedVideo:
     video: DecodedVideo
     downloaded_at: float
     decoded_at: float
+    read_wait_s: float = 0.0       # the decoder's time blocked on bytes not yet downloaded
 
 
 def download_decoding(http: Transport, path: str, *, what: str, job_id: str, max_bytes: int, cap_reason: str,
                       bounds: Optional[ClipBounds], should_cancel: Optional[Callable[[], bool]] = None,
-                      tail: bool = True, workers: Optional[int] = None,
+                      tail: bool = True, workers: Optional[int] = None, threads: int = 0,
+                      thread_type: str = THREAD_TYPE, buffer_size: int = AVIO_BUFFER_BYTES,
                       into: Optional[np.ndarray] = None) -> StreamedVideo:
     """GET `path` (at most max_bytes) and decode it as it arrives; see the module docstring.
 
     `tail`: also fetch the file's end on a second connection when the server offers ranges and
     the file is large (off: decode still streams, but a file with its index at the end waits
-    for the last byte). `workers`, `into`: decode_mp4's. Raises what the download
+    for the last byte). `workers`, `threads`, `thread_type`, `buffer_size`, `into`: decode_mp4's. Raises what the download
     raises (LauncherError, transport.Cancelled) before any decode error, then decode_mp4's
     LauncherError.
     """
@@ -103,7 +105,8 @@ def download_decoding(http: Transport, path: str, *, what: str, job_id: str, max
     getter = threading.Thread(target=whole, name="vllm-omni-download", daemon=True)
     getter.start()
     try:
-        video = decode_mp4(buffer.reader(), bounds=bounds, workers=workers, into=into)
+        video = decode_mp4(buffer.reader(), bounds=bounds, workers=workers, threads=threads,
+                           thread_type=thread_type, buffer_size=buffer_size, into=into)
         decoded_at = time.monotonic()
     except BaseException:
         stop.set()
@@ -112,7 +115,8 @@ def download_decoding(http: Transport, path: str, *, what: str, job_id: str, max
         raise
     getter.join()
     buffer.raise_failure()
-    return StreamedVideo(buffer.value(), video, done["downloaded"], max(decoded_at, done["downloaded"]))
+    return StreamedVideo(buffer.value(), video, done["downloaded"], max(decoded_at, done["downloaded"]),
+                         buffer.read_wait_s)
 
 
 __all__ = ["StreamedVideo", "TAIL_BYTES", "download_decoding"]

@@ -24,14 +24,10 @@ from ..errors import LauncherError
 from ..planner.speed_costs import cfg_runs
 from ..server.local_config import load_local_config
 from . import comfy_bridge, progress, session
+from .batch_count import prompt_lines
 from .handles import ServerHandle
 
 SEED_LIMIT = 2 ** 63        # the seed widget's range: seeds wrap around inside it
-
-
-def prompt_lines(text: str) -> list[str]:
-    """One prompt per line; blank lines are ignored, surrounding spaces dropped."""
-    return [line.strip() for line in (text or "").splitlines() if line.strip()]
 
 
 def clip_plan(prompts: str, seed: int, batch_count: int, limit: int) -> list[tuple[str, int]]:

@@ -40,7 +40,7 @@ class LocalServer:
                     "model": (MODEL_TYPE, {"tooltip": "the model from Load Wan2.2 Model"}),
                     "serving": (SERVING_TYPE, {"tooltip": "GPUs, parallelism and memory settings from Serving "
                                                           "Config"})},
-                # PROMPT: the queued graph, whose Generate nodes' guidance the auto planner plans for
+                # PROMPT: the queued graph, whose Generate nodes' guidance (and batch size) the auto planner plans for
                 "hidden": {"unique_id": "UNIQUE_ID", "prompt": "PROMPT"}}
 
     def start(self, model: ModelChoice, serving: ServingChoice, unique_id: Optional[str] = None,

@@ -18,7 +18,7 @@ from typing import Any, NoReturn, Optional
 
 from ..client.api import LOCAL_LOG_HINT, REMOTE_LOG_HINT, VideoClient
 from ..client.job_results import GenerationCancelled, GenerationResult
-from ..client.frames import image_to_png
+from ..client.images import image_to_png
 from ..client.request import FrameInterpolation
 from ..client.transport import Deadlines
 from ..errors import LauncherError
@@ -30,6 +30,7 @@ from ..server import registry
 from ..server.loras import LoraPlan, plan_loras
 from ..server.local_config import LocalConfig, load_local_config, origin
 from . import comfy_bridge, progress
+from .batch_count import queued_clips
 from .handles import ModelChoice, RequestLimit, ServerHandle, ServingChoice
 
 USE_URL = "(use url)"        # Remote Server: no configured server picked, the url widget applies
@@ -45,10 +46,12 @@ _REPLANNED: dict[str, str] = {}
 def start_local(model: ModelChoice, serving: ServingChoice, node_id: Optional[str],
                 prompt: Optional[dict[str, Any]] = None) -> ServerHandle:
     """Start (or reuse) the server for these choices; the plan and the launch show on the node.
-    `prompt`: the queued prompt (ComfyUI's hidden PROMPT), whose job nodes say the guidance."""
+    `prompt`: the queued prompt (ComfyUI's hidden PROMPT), whose job nodes say the guidance and
+    how many jobs a Generate Batch submits at once (for the planner's replica advice)."""
     with progress.reporting(node_id, "Planning the launch") as reporter:
         config = load_local_config()
-        sup, plan, loras = _launch(model, serving, config, reporter, cfg=_jobs_run_cfg(prompt, node_id, model))
+        sup, plan, loras = _launch(model, serving, config, reporter, cfg=_jobs_run_cfg(prompt, node_id, model),
+                                   queued_jobs=_queued_jobs(prompt, node_id))
         status = sup.status()
         text = status.text + (f"\n{status.fallback_note}" if status.fallback_note else "")
         text += "".join(f"\n{note}" for note in loras.notes)
@@ -58,14 +61,26 @@ def start_local(model: ModelChoice, serving: ServingChoice, node_id: Optional[st
                             model=model, serving=serving, limit=plan.limit, lora=loras.per_request)
 
 
+def _fed_jobs(prompt: Optional[dict[str, Any]], node_id: Optional[str]) -> list[dict[str, Any]]:
+    """The inputs of the Generate nodes (Video and Batch) this Local Server's output feeds in the
+    queued prompt: what the plan can know of its jobs before any exists."""
+    if not prompt or node_id is None:
+        return []
+    return [n["inputs"] for n in prompt.values() if isinstance(n, dict) and isinstance(n.get("inputs"), dict)
+            and "guidance" in n["inputs"] and [str(node_id), 0] in n["inputs"].values()]
+
+
+def _queued_jobs(prompt: Optional[dict[str, Any]], node_id: Optional[str]) -> int:
+    """The most jobs one node this Local Server feeds submits at once: a Generate Batch's prompt
+    lines x batch_count (batch_count.py), 1 for Generate Video or no node."""
+    return max(map(queued_clips, _fed_jobs(prompt, node_id)), default=1)
+
+
 def _jobs_run_cfg(prompt: Optional[dict[str, Any]], node_id: Optional[str], model: ModelChoice) -> bool:
     """Whether the jobs queued on this Local Server run CFG (`cfg_runs`), from the guidance widgets
-    of the nodes its output feeds in the queued prompt, filled in as their requests will be. True
-    where any may (a linked value, no such node): the server's default guidance is not 1."""
-    if not prompt or node_id is None:
-        return True
-    jobs = [n["inputs"] for n in prompt.values() if isinstance(n, dict) and isinstance(n.get("inputs"), dict)
-            and "guidance" in n["inputs"] and [str(node_id), 0] in n["inputs"].values()]
+    of the nodes its output feeds (`_fed_jobs`), filled in as their requests will be. True where
+    any may (a linked value, no such node): the server's default guidance is not 1."""
+    jobs = _fed_jobs(prompt, node_id)
     if not jobs:
         return True
     for inputs in jobs:
@@ -79,8 +94,10 @@ def _jobs_run_cfg(prompt: Optional[dict[str, Any]], node_id: Optional[str], mode
 
 
 def _launch(model: ModelChoice, serving: ServingChoice, config: LocalConfig,
-            reporter: progress.NodeReporter, cfg: bool = True) -> tuple[Any, LaunchPlan, LoraPlan]:
-    plan = serving.resolve(model.model, config, cfg=cfg)
+            reporter: progress.NodeReporter, cfg: bool = True,
+            queued_jobs: int = 1) -> tuple[Any, LaunchPlan, LoraPlan]:
+    """`queued_jobs`: the most jobs one node submits at once (a batch), for the planner's replica advice."""
+    plan = serving.resolve(model.model, config, queued_jobs=queued_jobs, cfg=cfg)
     # Fused LoRAs are part of the server (its spec and fingerprint); per-request ones ride on the handle.
     loras = plan_loras(model.loras, model.family, plan.server_version, config.data_dir)
     plan = replace(plan, spec=plan.spec.with_changes(lora=loras.startup))

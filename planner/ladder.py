@@ -33,6 +33,7 @@ rung comes before any Ulysses/TP rung, and the recommendation says so.
 """
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional, Sequence, Union
 
@@ -114,10 +115,11 @@ class Recommendation:
         if self.spec is None:
             lines.append(f"No configuration fits: {self.reason}")
         else:
-            flags = " ".join(self.spec.flags()[1:]) or "(no extra flags)"
+            # shlex.join: the command must paste into a shell as it is (replicas' --stage-overrides is JSON)
+            command = shlex.join(["vllm", "serve", self.spec.model, *self.spec.flags()[1:]])
             gpus = "" if self.spec.gpus is None else f"CUDA_VISIBLE_DEVICES={','.join(map(str, self.spec.gpus))} "
             lines.append(f"Recommended: {self.label}")
-            lines.append(f"  {gpus}vllm serve {self.spec.model} {flags}")
+            lines.append(f"  {gpus}{command}")
             lines.append(f"  why: {self.reason}")
             if self.speed:
                 lines.append(f"  expected speed: {self.speed}")

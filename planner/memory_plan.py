@@ -5,6 +5,7 @@ report `plan` prints and `to_dict()` its JSON (`--json`).
 """
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -106,7 +107,7 @@ class MemoryPlan:
     def text(self) -> str:
         fam = self.spec.family
         lines = [f"{fam.label}  {self.request.label()}  ({self.request.tokens(fam):,} tokens)",
-                 f"flags: {' '.join(self.spec.flags()[1:]) or '(single GPU, no memory flags)'}",
+                 f"flags: {shlex.join(self.spec.flags()[1:]) or '(single GPU, no memory flags)'}",
                  f"sizes: {self.sizes.source}"]
         for g in self.gpus:
             name = f"GPU {g.gpu.index} {g.gpu.name} ({g.gpu.available_gib:.1f} GiB " \

@@ -31,3 +31,14 @@ def is_oom(text: str) -> bool:
 def strip_pid_prefix(line: str) -> str:
     """`line` without leading blanks and vLLM's "(APIServer pid=N) " tag."""
     return PID_PREFIX_RE.sub("", line, count=1)
+
+# A replica of a head + headless deployment (vLLM-Omni 0.30, stage_diffusion_proc.py) prints this once its
+# engine is loaded and the head has its READY handshake: "StageDiffusionProc registered with OmniCoordinator
+# (stage_id=0 replica_id=1 coord=tcp://...)". One line per replica; a headless runtime has no HTTP port, so
+# these lines are its readiness.
+REPLICA_REGISTERED = re.compile(r"StageDiffusionProc registered with OmniCoordinator \(stage_id=\d+ replica_id=(\d+)")
+# A headless runtime without its head: upstream's "Timed out waiting for registration response from
+# OmniMasterServer (ADDR:PORT) for stage 0." (it waits 300 s), or the line the launcher writes into the log
+# when the head's port refuses while the runtime starts (server/multi_host.py, HeadlessRun).
+HEAD_GONE = re.compile(r"the head's registration port (\S+) refuses connections|"
+                       r"Timed out waiting for registration response from OmniMasterServer \((\S+)\)")

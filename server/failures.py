@@ -152,7 +152,17 @@ def _oom_detail(text: str) -> str:
     return ""
 
 
+def _head_gone(m: re.Match[str], c: Context) -> tuple[str, str, str, str, str]:
+    where = m.group(1) or m.group(2)
+    return (CRASH, f"The replica could not register with the head at {where}",
+            "the head's registration port refused connections after it had answered (the head exited or is "
+            "restarting), or the head did not answer the registration within upstream's 300 s",
+            "nothing while the head restarts: the launcher starts this replica again; otherwise start the head "
+            "(serve --accept-replicas PORT) or fix --join", "--join")
+
+
 _RULES: tuple[tuple[re.Pattern[str], _Rule], ...] = (
+    (patterns.HEAD_GONE, _head_gone),
     (re.compile(r"--omni flag requires a valid instance of vllm-omni"), _omni_missing),
     (re.compile(r"Stage \d+ requires (\d+) device\(s\)[^\n]*?but (\d+) device\(s\) are available"), _devices),
     (re.compile(r"Access to model .* is restricted|GatedRepoError|Cannot access gated repo"), _gated),

@@ -108,6 +108,18 @@ class LocalConfig:
     max_batch_clips: int = setting(8, "most clips one Generate Batch node may ask for (prompts x batch_count): "
                                    "every decoded clip is held in memory until the node returns (TI2V-5B "
                                    "1280x704x121 is 1.3 GB)", check=_positive, example=16)
+    replica_registration_host: str = setting(
+        "127.0.0.1", "where `serve --accept-replicas PORT` binds the head's replica registration port and the "
+        "sockets jobs travel on. UNAUTHENTICATED upstream: whoever reaches it can join as a replica and receive "
+        "every prompt and image; set another address only on a network that only your GPU boxes share",
+        check=_nonempty, example="10.0.0.5")
+    replica_address: Optional[str] = setting(
+        None, "`serve --join`: the address this box advertises to the head (`--omni-replica-address`)",
+        default_text="upstream detects it", check=_nonempty, example="10.0.0.6")
+    head_stall_timeout_s: float = setting(
+        1800.0, "`serve --accept-replicas`: jobs waiting this long while nothing moves (no job changes status, "
+        "no denoise on the head) means a wedged head: restart it. Set it above the longest job one replica runs",
+        check=_positive, example=900)
     remote_servers: dict[str, RemoteServer] = setting(
         {}, "servers elsewhere, by name: `{\"gpu-box\": {\"url\": \"http://gpu-box:8091\", \"api_key\": \"...\"}}` "
         "(or `\"api_key_env\": \"VAR\"`); a key is sent only to its server's origin. The variables name one server "

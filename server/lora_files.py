@@ -19,7 +19,13 @@ choice reuses it and a changed source or strength makes a new one (and, being a 
 --lora-path, a new server fingerprint). It is written to a temporary name and renamed
 (atomic), private like everything under the data dir (0600 in a 0700 folder: the server runs
 as the same user). The newest `KEEP` copies are kept; older ones are removed when a new one is
-made, and reusing one marks it new again.
+made, and reusing one marks it new again. A copy a server of ours uses is never removed, however
+old: the supervisor restarts a crashed server from its spec (the same --lora-path), not through
+this module, so an evicted copy would turn a crash into a failed restart. Which copies are in
+use (`copies_in_use`): the specs in the state files (every running server of every launcher
+process on this data dir) and the specs of this process's supervisors (a server the supervisor
+is restarting has no state file until it is back; one that stopped for good is started again
+through `scaled_lora`, which makes its copy again).
 
 The file format (safetensors): an 8-byte little-endian header length, a JSON header
 (`{name: {"dtype", "shape", "data_offsets": [begin, end]}}`, offsets relative to the data
@@ -37,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LauncherError
+from . import state_file
 from .private_files import REPLACE, open_private, private_dir
 
 SCALED_SUFFIXES = (".lora_up.weight", ".lora_B.weight", ".lora_B.bias", ".diff", ".diff_b")
@@ -103,8 +110,21 @@ def scaled_lora(source: Path, strength: float, data_dir: str) -> Path:
         os.utime(target)             # reused: newest again, so eviction keeps it
     else:
         _write_scaled(source, header, strength, target)
-    _evict(folder, keep=target)
+    _evict(folder, keep={target.resolve(), *copies_in_use(data_dir)})
     return target
+
+
+def copies_in_use(data_dir: str) -> set[Path]:
+    """The startup LoRA files of the servers of ours: those in the state files under `data_dir`
+    and those of this process's supervisors (see the module docstring)."""
+    # registry -> supervisor -> spec -> loras -> this module: imported here, not at the top
+    from . import registry  # noqa: PLC0415
+
+    specs = [st.spec for _, st in state_file.read_all(data_dir) if st is not None]
+    paths = {p for spec in specs for p in (spec.get("lora") or {}).get("lora_paths", ())}
+    for sup in registry.all_servers():
+        paths.update(sup.spec.lora.lora_paths + sup.requested_spec.lora.lora_paths)
+    return {Path(p).resolve() for p in paths if isinstance(p, str)}
 
 
 def _write_scaled(source: Path, header: SafetensorsHeader, strength: float, target: Path) -> None:
@@ -147,9 +167,10 @@ def _scale(data: bytes, dtype: str, strength: float) -> bytes:
     return rounded.astype("<u2").tobytes()
 
 
-def _evict(folder: Path, keep: Path) -> None:
-    """Remove all but the newest `KEEP` scaled copies (never `keep`, the one just asked for)."""
-    copies = sorted((p for p in folder.glob("*.safetensors") if p != keep),
-                    key=lambda p: p.stat().st_mtime_ns, reverse=True)
-    for old in copies[KEEP - 1:]:
+def _evict(folder: Path, keep: set[Path]) -> None:
+    """Remove all but the newest `KEEP` scaled copies, never one in `keep` (the one just asked
+    for, those servers use): those count towards the `KEEP`, and may exceed it."""
+    copies = sorted(folder.glob("*.safetensors"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    kept = {p for p in copies if p.resolve() in keep}
+    for old in [p for p in copies if p not in kept][max(0, KEEP - len(kept)):]:
         old.unlink(missing_ok=True)

@@ -69,3 +69,16 @@ def port_available(host: str, port: int) -> bool:
                 return False
             raise
     return True
+
+
+def video_jobs(host: str, port: int, api_key: Optional[str], timeout: float = 5.0) -> Optional[dict[str, str]]:
+    """The server's jobs, id -> status, from GET /v1/videos (the newest 100); None when it did not
+    answer 200 with a job list."""
+    reply = _get(host, port, "/v1/videos?limit=100", api_key, timeout)
+    if reply is None or reply.status != 200:
+        return None
+    body = parse_body(reply.text)
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, list):
+        return None
+    return {str(job["id"]): str(job.get("status")) for job in data if isinstance(job, dict) and "id" in job}

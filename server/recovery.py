@@ -52,6 +52,7 @@ class Recovery:
         _progress: "ProgressTracker"
         _restarts: RestartPolicy
         _replicas: replicas.ReplicaWatch
+        _role_watch: Optional[Callable[[], Optional[ServerFailure]]]
         _run: Optional["ServerRun"]
         _ready: bool
         _stop_evt: threading.Event
@@ -116,7 +117,11 @@ class Recovery:
         self._restart_after(failure, "crash")
 
     def dead_replica(self) -> Optional[ServerFailure]:
-        """The failure of a replica process of the ready server that is gone (monitor.Watched)."""
+        """The failure of a replica process of the ready server that is gone, or what the role's
+        watch found (a wedged head, a joined replica's head gone: multi_host.py) (monitor.Watched)."""
+        lost = self._role_watch() if self._role_watch is not None else None
+        if lost is not None:
+            return lost
         dead = self._replicas.dead()
         return None if dead is None else replicas.replica_died(dead, self._replicas.expected, self.tail(40))
 
@@ -124,6 +129,7 @@ class Recovery:
         """A replica died while the server process lives on: restart the whole group, within the
         restart budget, as for a crash of the server itself."""
         self._replicas = replicas.ReplicaWatch([], 1)   # reported once; the next start finds the new ones
+        self._role_watch = None
         self._board.set_error(failure)
         self._restart_after(failure, "crash")
 

@@ -51,9 +51,23 @@ def stage_overrides(replicas: int, world_size: int) -> list[str]:
     """The flag pair that asks for `replicas` copies of a `world_size`-GPU layout ([] for one)."""
     if replicas <= 1:
         return []
-    devices = ",".join(str(i) for i in range(replicas * world_size))
-    value = json.dumps({"0": {"num_replicas": replicas, "devices": devices}}, separators=(",", ":"))
+    value = json.dumps({"0": {"num_replicas": replicas, "devices": device_pool(replicas, world_size)}},
+                       separators=(",", ":"))
     return ["--stage-overrides", value]
+
+
+def runtime_replica_flags(replicas: int, world_size: int) -> list[str]:
+    """The same replicas for a head or headless runtime (`--stage-id`), where upstream takes the count
+    from `--omni-dp-size-local` (a `num_replicas` would be overwritten) and splits the same pool."""
+    if replicas <= 1:
+        return []
+    value = json.dumps({"0": {"devices": device_pool(replicas, world_size)}}, separators=(",", ":"))
+    return ["--omni-dp-size-local", str(replicas), "--stage-overrides", value]
+
+
+def device_pool(replicas: int, world_size: int) -> str:
+    """Every replica's logical GPUs, in order: upstream gives replica r entries r*M .. r*M+M-1."""
+    return ",".join(str(i) for i in range(replicas * world_size))
 
 
 def check(replicas: int, family: WanFamily) -> None:

@@ -33,6 +33,7 @@ from .local_config import LocalConfig, default_data_dir
 from .log_events import LogEvents
 from .logwatch import DenoiseProgress
 from .monitor import Monitor
+from .multi_host import ServerRole, Watch
 from .recovery import Recovery
 from .restart_policy import RestartPolicy
 from .server_run import RunningServer, ServerRun
@@ -49,9 +50,11 @@ class Supervisor(LogEvents, Recovery):
 
     def __init__(self, spec: LaunchSpec, config: LocalConfig, fallback: Optional[Fallback] = None, *,
                  keep_alive_minutes: Optional[float] = None, api_key: launch_prep.KeyMode = True,
-                 restart_policy: Optional[RestartPolicy] = None, cancel_policy: Optional[CancelPolicy] = None) -> None:
+                 restart_policy: Optional[RestartPolicy] = None, cancel_policy: Optional[CancelPolicy] = None,
+                 role: Optional[ServerRole] = None) -> None:
         """`api_key`: True = a fresh random key per launch (default), False = no key
-        (trusted machine, `serve --no-api-key`), a string = that key (tests/CLI only)."""
+        (trusted machine, `serve --no-api-key`), a string = that key (tests/CLI only).
+        `role`: a plain server (default), a head accepting replicas or a joined replica (multi_host.py)."""
         self.requested_spec = spec
         self.spec = spec                     # what runs; differs from requested after an OOM fallback
         self.config = config
@@ -76,6 +79,8 @@ class Supervisor(LogEvents, Recovery):
         self._stop_evt = threading.Event()
         self._monitor = Monitor(self, self._lock)
         self._replicas = replicas.ReplicaWatch([], 1)   # the ready run's replica processes (several only)
+        self.role = role or ServerRole()
+        self._role_watch: Optional[Watch] = None        # the role's own check of the ready run (multi_host.py)
         self._last_activity = time.time()
         self._last_oom_at = 0.0
 
@@ -269,6 +274,7 @@ class Supervisor(LogEvents, Recovery):
         self._claim_gpus(spec)
         launch = launch_prep.prepare(spec, self.config, executable, self._data_dir, self._key_mode,
                                      preferred_port, cancel)
+        launch = self.role.adapt(launch)
         if cancel():
             raise LaunchCancelled(self._board.text)
         with self._lock:
@@ -277,7 +283,7 @@ class Supervisor(LogEvents, Recovery):
         self._progress.new_launch()
         self._launch_clock.started()
         self._set(STARTING, f"Starting {spec.served_name} on {gpu_lock.describe(spec.gpus)} (port {launch.port})")
-        run = ServerRun.spawn(launch, self._generation, self._data_dir, self._on_segment, cancel)
+        run = self.role.spawn(launch, self._generation, self._data_dir, self._on_segment, cancel)
         with self._lock:
             self._run = run
         if self._gpus is not None:
@@ -295,14 +301,16 @@ class Supervisor(LogEvents, Recovery):
         self._launch_clock.ready()
         self._watch_replicas(spec, run)
         run.write_state(self.requested_spec.fingerprint(), ready=True)
-        copies = f", {spec.replicas} replicas" if spec.replicas > 1 else ""
-        self._set(READY, f"Ready: {spec.served_name} at {run.url} ({gpu_lock.describe(spec.gpus)}{copies})")
+        self._set(READY, self.role.ready_text(spec, run, gpu_lock.describe(spec.gpus)))
 
     # ---- replicas ----------------------------------------------------------------------
     def _watch_replicas(self, spec: LaunchSpec, run: ServerRun) -> None:
         """Record the ready server's replica processes (replicas.py: upstream never restarts
-        a dead one and /health stays 200, so the monitor must look at them itself)."""
-        watch = replicas.ReplicaWatch.find(run.server_pid, spec.replicas)
+        a dead one and /health stays 200, so the monitor must look at them itself), and start the
+        role's own watch (a head's wedge, a joined replica's head)."""
+        self._role_watch = self.role.watch(run, self._progress)
+        expected = spec.replicas if self.role.watches_replica_processes else 1
+        watch = replicas.ReplicaWatch.find(run.server_pid, expected)
         self._replicas = watch
         if not watch.complete:
             self._board.add_warning(replicas.missing_note(watch))

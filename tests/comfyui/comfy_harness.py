@@ -203,7 +203,8 @@ def find_chromium() -> str:
 def browser_page(url: str, width: int = 1280, height: int = 800) -> Iterator[tuple[Any, list]]:
     """A headless Chromium page on ComfyUI's front end, after the app has loaded its node definitions.
 
-    Yields (page, console): console collects ("error"|"pageerror"|..., text, url) tuples.
+    Yields (page, console): console collects ("error"|"pageerror"|..., text, url) tuples (for a
+    page error, its stack in place of the url: where it was thrown).
     """
     try:
         from playwright.sync_api import sync_playwright
@@ -220,7 +221,7 @@ def browser_page(url: str, width: int = 1280, height: int = 800) -> Iterator[tup
                 page = ctx.pages[0] if ctx.pages else ctx.new_page()
                 console: list = []
                 page.on("console", lambda m: console.append((m.type, m.text, (m.location or {}).get("url", ""))))
-                page.on("pageerror", lambda e: console.append(("pageerror", str(e), "")))
+                page.on("pageerror", lambda e: console.append(("pageerror", str(e), e.stack or "")))
                 page.on("requestfailed", lambda r: console.append(("requestfailed", r.failure or "", r.url)))
                 page.on("response", lambda r: console.append(("http", str(r.status), r.url))
                         if r.status >= 400 else None)

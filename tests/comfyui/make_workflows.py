@@ -93,6 +93,20 @@ def _local_template(note: str, model: str, serving: dict, prompt: str, seed: int
     return {"nodes": nodes, "links": links}
 
 
+def _seed_sweep_template(note: str, model: str, serving: dict, prompt: str, seed: int, count: int,
+                         prefix: str) -> dict:
+    """One prompt made `count` times with seeds seed .. seed+count-1 by Generate Batch (all jobs sent at
+    once), every clip saved by Save Video (it runs once per clip of the VIDEO list)."""
+    template = _local_template(note, model, serving, prompt, seed, prefix, with_image=False)
+    batch = next(n for n in template["nodes"] if n["key"] == "generate")
+    widgets = {("prompts" if k == "prompt" else k): v for k, v in batch["widgets"].items()}
+    widgets.update(batch_count=count, control_after_generate="fixed")
+    batch.update(type="VLLMOmniGenerateBatch", size=[420, 700], widgets=widgets)
+    template["links"] = [["generate", "videos", "save", "video"] if link[0] == "generate" else link
+                         for link in template["links"]]
+    return template
+
+
 LIGHTX2V_HIGH = "wan2.2_t2v_lightx2v_4steps_lora_v1.1_high_noise.safetensors"
 LIGHTX2V_LOW = "wan2.2_t2v_lightx2v_4steps_lora_v1.1_low_noise.safetensors"
 
@@ -167,6 +181,21 @@ TEMPLATES: dict[str, dict] = {
         T2V, _serving("count=2", "ulysses", 2, 2),
         "A paper boat drifting down a rain-soaked city street at night, neon reflections rippling on the "
         "water, low camera angle, shallow depth of field", 42, "video/wan22_t2v_a14b_4step"),
+    "wan22_ti2v_5b_seed_sweep": _seed_sweep_template(
+        "Wan2.2 TI2V-5B: seed sweep, one prompt as 4 clips on one GPU\n\n"
+        "Generate Batch makes the prompt batch_count times with seeds seed, seed+1, ... (42 to 45 here; the seed "
+        "stays fixed, so the sweep is repeatable: queue Generate Video with the seed you like). All jobs go to "
+        "the server at once: a server with request batching or replicas runs them together. Save Video saves "
+        "every clip; the frames output is all clips as one IMAGE batch. The local config's max_batch_clips "
+        "(default 8) caps prompts x batch_count, and every clip's frames are held in memory until the node "
+        "ends (about 1.3 GB per clip at the defaults).\n\n"
+        "Needs: one NVIDIA GPU with 24 GB or more. " + TI2V_PLAN + " With several GPUs, Local Server "
+        "suggests replicas for the batch. Model download: Wan-AI/Wan2.2-TI2V-5B-Diffusers, about 23 GB.\n\n"
+        + RECOMMENDED.replace("Generate video", "Generate batch") + ": 1280x704, 121 frames at 24 fps, 50 steps. "
+        "Sizes must be multiples of 32, frames 4k+1.\n\n" + SETUP,
+        TI2V, _serving("auto", "auto"),
+        "A lighthouse on a rocky cliff during a storm, waves crashing, beam of light sweeping through rain, "
+        "dramatic clouds, cinematic wide shot", 42, 4, "video/wan22_ti2v_5b_seed_sweep"),
     "remote_server": {
         "nodes": [
             {"key": "note", "type": "Note", "pos": [40, 40], "size": [440, 300], "widgets": {"text": (

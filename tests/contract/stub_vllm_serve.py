@@ -85,12 +85,15 @@ Fault knobs (environment, read at start)
                                   taken from uvicorn's access log records; count the
                                   ``200`` lines for the jobs a client sent.
 
-Per-request knob (so one shared stub serves many tests)
--------------------------------------------------------
+Per-request knobs (so one shared stub serves many tests)
+--------------------------------------------------------
 Through upstream's own per-request channel, the ``extra_params`` form field (a JSON
 object that the API merges into the request's ``sampling_params.extra_args``, as it does
 for any model-specific parameter): ``extra_params={"stub_oom": true}`` makes that job
-raise the CUDA OOM mid-denoise, exactly like ``VLLM_OMNI_STUB_OOM_IN_JOB`` does for job N.
+raise the CUDA OOM mid-denoise, exactly like ``VLLM_OMNI_STUB_OOM_IN_JOB`` does for job N, and
+``extra_params={"stub_hang": true}`` makes that job stall after its first step, exactly like
+``VLLM_OMNI_STUB_HANG_IN_JOB`` does for every job (the engine stays busy with it until the
+process ends, so it is the last job a stub runs).
 
 The process writes ``STUB_PID=<pid>`` to stderr first.  Unless
 ``VLLM_OMNI_SERVER_STORAGE__PATH`` (or the deprecated ``VLLM_OMNI_STORAGE_PATH``) is set,
@@ -722,8 +725,9 @@ class StubGpuExecutor(DiffusionExecutor):
 
         bar_owner = ProgressBarMixin()
         bar_owner.set_progress_bar_config(file=self.log.raw_stderr())
-        stall_at = min(1, steps - 1) if KNOBS.hang_in_job and job is not None else None
         per_request = getattr(sp, "extra_args", None) or {}   # the request's extra_params
+        stall_at = min(1, steps - 1) if job is not None and (KNOBS.hang_in_job or per_request.get("stub_hang")) \
+            else None
         oom_at = steps // 2 if job is not None and (KNOBS.oom_in_job == job or per_request.get("stub_oom")) \
             else None
         with bar_owner.progress_bar(total=steps) as pbar:

@@ -4,6 +4,7 @@ The stub, like upstream, keeps denoising a running job after its DELETE. With fi
 step (VLLM_OMNI_STUB_STEP_S), a job with a few steps left drains (a restart costs this
 server's measured start, tens of seconds), and one with hundreds left gets the server
 restarted (at most 200 steps, upstream's limit). One stub start serves both sides of the break-even; the grace is 2 s here.
+The restart is checked up to the new process's start (its readiness is test_supervisor.py's).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 
 import stubserver
 from stubserver import wait_for
+from test_supervisor import alive
 
 from vllm_omni_launcher.client.api import VideoClient, VideoRequest
 from vllm_omni_launcher.server.cancel_policy import DRAIN, RESTART, CancelPolicy
@@ -82,8 +84,11 @@ def test_a_cancel_with_more_denoise_left_than_a_restart_restarts(sup: Supervisor
     assert decision.action == RESTART and decision.remaining_s is not None and decision.remaining_s > 900
     assert "Restarting the server in 2 s" in decision.text
     wait_for(lambda: sup.generation == generation + 1, 60, "the restart to begin")
-    assert sup.wait_ready(START_S)
+    # The decision and its effect: the busy process is gone and a new one is starting.  That
+    # relaunch becoming ready is not waited for (a vLLM import of its own): the same hard-cancel
+    # restart is proven ready by test_supervisor.py::test_slow_load_progress_hard_cancel_and_crash_restart.
+    wait_for(lambda: (p := sup.status().pid) is not None and p != pid, 60, "the new server process")
+    assert not alive(pid)
     status = sup.status()
-    assert status.ready and status.pid != pid
     assert job in status.restart_reason and "still running on the GPU" in status.restart_reason
     assert sup.progress().aborted

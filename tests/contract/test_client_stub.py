@@ -23,7 +23,7 @@ from shared_stubs import I2V, I2V_SPLIT, KEY, T2V, T2V_KEYED, TI2V, TI2V_OFFLOAD
 
 from vllm_omni_launcher.client.api import VideoClient, VideoRequest
 from vllm_omni_launcher.client.job_results import GenerationCancelled, JobUpdate
-from vllm_omni_launcher.client.frames import image_to_png
+from vllm_omni_launcher.client.images import image_to_png
 from vllm_omni_launcher.errors import LauncherError
 
 HEALTH_TIMEOUT = 900.0   # several stubs start at once; a shared 2-core CI box is slow

@@ -15,6 +15,7 @@ import requests
 import frame_code
 from comfy_standin import ComfyStandIn, InterruptProcessingException
 from stubserver import STUB_SCRIPT, server_python
+from test_supervisor import alive
 from vllm_omni_launcher import NODE_CLASS_MAPPINGS
 from vllm_omni_launcher.errors import LauncherError
 from vllm_omni_launcher.nodes.handles import ServerHandle
@@ -249,7 +250,7 @@ def test_cancel_deletes_the_job_and_restarts_a_server_still_busy(tmp_path, monke
         handle = NODE_CLASS_MAPPINGS["VLLMOmniLocalServer"]().start(model, _serving(), unique_id="srv")[0]
         sup = supervisor.find(handle.server_id)
         try:
-            generation = sup.generation
+            generation, busy_pid = sup.generation, sup.status().pid
             worker, result = _in_thread(lambda: _generate(handle, steps=20))
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline and not any(t.startswith("Step") for t, _ in comfy.texts):
@@ -264,8 +265,14 @@ def test_cancel_deletes_the_job_and_restarts_a_server_still_busy(tmp_path, monke
             deadline = time.monotonic() + 300     # hard cancel waits a grace period, then restarts
             while time.monotonic() < deadline and sup.generation == generation:
                 time.sleep(0.2)
-            assert sup.generation == generation + 1 and sup.wait_ready(timeout=300)
+            assert sup.generation == generation + 1
             assert "still running on the GPU" in (sup.status().restart_reason or "")
+            # The busy process is gone; the relaunch becoming ready is not waited for (a vLLM import
+            # of its own): test_supervisor.py's hard-cancel restart proves that path ready.
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and sup.status().pid in (None, busy_pid):
+                time.sleep(0.2)
+            assert sup.status().pid not in (None, busy_pid) and not alive(busy_pid)
         finally:
             supervisor.stop_all()
     assert not sup.alive()

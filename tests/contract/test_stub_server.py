@@ -173,7 +173,10 @@ def t2v(pool):
                          "60/60" in stub.stderr_text()[submitted:offset])
         stub.wait_for_text("aborted: Request", timeout=JOB_TIMEOUT, since=offset)
         obs["after_delete_log"] = stub.stderr_text()[offset:]
-        # SIGTERM ends the process (and its group) cleanly.
+        # A job that stalls (extra_params stub_hang: the GPU never finishes it) is the last one this
+        # process runs: the engine stays busy with it until SIGTERM.
+        obs["hang_in_job"] = _stalled_job(stub, headers, json.dumps({"stub_hang": True}))
+        # SIGTERM ends the process (and its group) cleanly, the stalled job notwithstanding.
         os.kill(stub.proc.pid, signal.SIGTERM)
         obs["sigterm_rc"] = stub.wait_exit(120)
         obs["group_left"] = group_members(stub.proc.pid)
@@ -233,12 +236,11 @@ def too_few_devices():
 
 
 @scenario
-def oom_at_load():
-    return _exits(T2V, env={"VLLM_OMNI_STUB_OOM_AT_LOAD": "1"})
-
-
-@scenario
 def oom_unless_flag_missing():
+    # The OOM at load of both knobs (VLLM_OMNI_STUB_OOM_AT_LOAD=1, and OOM_UNLESS without its flag)
+    # is one line of the fake GPU (Knobs.oom_at_load_now): this one process shows upstream's reaction
+    # to it.  OOM_AT_LOAD itself is driven end to end by test_supervisor.py (kind, fix, raw text)
+    # and test_nodes_stub.py (auto fallback off).
     return _exits(TI2V, env={"VLLM_OMNI_STUB_OOM_UNLESS": OFFLOAD_FLAGS})
 
 
@@ -285,24 +287,27 @@ def load_delay_then_hang():
     return obs
 
 
-@scenario
-def hang_in_job():
-    with stubserver.run_stub(T2V, env={"VLLM_OMNI_STUB_HANG_IN_JOB": "1", "VLLM_OMNI_STUB_STEP_S": "0.01"}) as stub:
-        obs = _ready(stub)
-        created = submit(stub, size="64x64", num_frames=5, seed=4, num_inference_steps=5)
-        vid = created.json()["id"]
-        stub.wait_for_text("1/5 [", timeout=JOB_TIMEOUT)
-        time.sleep(2.0)
-        obs["stalled_status"] = requests.get(f"{stub.url}/v1/videos/{vid}", timeout=10).json()["status"]
-        obs["stalled_log"] = stub.stderr_text()
-        deleted = requests.delete(f"{stub.url}/v1/videos/{vid}", timeout=30)
-        obs["delete"] = (deleted.status_code, requests.get(f"{stub.url}/v1/videos/{vid}", timeout=10).status_code)
-        second = submit(stub, size="64x64", num_frames=5, seed=5, num_inference_steps=5).json()["id"]
-        time.sleep(2.0)
-        obs["second_status"] = requests.get(f"{stub.url}/v1/videos/{second}", timeout=10).json()["status"]
-        obs["health_during_hang"] = stub.health()
-        obs["alive"] = stub.alive()
-        obs["log"] = stub.stderr_text()
+def _stalled_job(stub, headers: dict, extra_params: str) -> dict:
+    """A job that stalls after its first step, DELETE'd, then a second one that must queue behind
+    it (the t2v scenario's last jobs: the engine never gets free again)."""
+    obs: dict = {}
+    since = len(stub.stderr_text())
+    created = submit(stub, key=KEY, size="64x64", num_frames=5, seed=4, num_inference_steps=5,
+                     extra_params=extra_params)
+    vid = created.json()["id"]
+    stub.wait_for_text("1/5 [", timeout=JOB_TIMEOUT, since=since)
+    time.sleep(2.0)
+    obs["stalled_status"] = requests.get(f"{stub.url}/v1/videos/{vid}", headers=headers, timeout=10).json()["status"]
+    obs["stalled_log"] = stub.stderr_text()[since:]
+    deleted = requests.delete(f"{stub.url}/v1/videos/{vid}", headers=headers, timeout=30)
+    obs["delete"] = (deleted.status_code,
+                     requests.get(f"{stub.url}/v1/videos/{vid}", headers=headers, timeout=10).status_code)
+    second = submit(stub, key=KEY, size="64x64", num_frames=5, seed=5, num_inference_steps=5).json()["id"]
+    time.sleep(2.0)
+    obs["second_status"] = requests.get(f"{stub.url}/v1/videos/{second}", headers=headers, timeout=10).json()["status"]
+    obs["health_during_hang"] = stub.health()
+    obs["alive"] = stub.alive()
+    obs["log"] = stub.stderr_text()[since:]
     return obs
 
 
@@ -492,9 +497,9 @@ def test_world_size_above_visible_devices_is_refused(runs):
 
 
 # --------------------------------------------------------------------------- tests: knobs
-@uses("oom_at_load")
+@uses("oom_unless_flag_missing")
 def test_oom_at_load_fails_stage_init(runs):
-    obs = outcome(runs, "oom_at_load")
+    obs = outcome(runs, "oom_unless_flag_missing")
     assert obs["rc"] != 0
     assert OOM_TEXT in obs["log"]
     assert "RuntimeError: Orchestrator initialization failed: CUDA out of memory." in obs["log"]
@@ -570,9 +575,9 @@ def test_hang_after_jobs_stops_answering_but_stays_alive(runs):
     assert obs["hung"] is True and obs["alive_while_hung"] is True
 
 
-@uses("hang_in_job")
+@uses("t2v")
 def test_hang_in_job_stalls_until_deleted_and_the_gpu_stays_busy(runs):
-    obs = outcome(runs, "hang_in_job")
+    obs = outcome(runs, "t2v")["hang_in_job"]
     assert obs["stalled_status"] == "in_progress"
     assert "1/5 [" in obs["stalled_log"] and "5/5 [" not in obs["stalled_log"]
     assert obs["delete"] == (200, 404)

@@ -124,7 +124,7 @@ def data_dir(tmp_path: Path) -> Iterator[Path]:
     assert_no_process_left(path)
 
 
-# ---- one server's life: slow load, progress, hard cancel, crash after ready ------------------
+# ---- one server's life: slow load, progress, hard cancel, crash after ready (up to its restart) --
 def test_slow_load_progress_hard_cancel_and_crash_restart(data_dir: Path) -> None:
     statuses: list[Status] = []
     config = make_config(data_dir, load_delay_s=2, step_s=0.05, crash_after_jobs=2)
@@ -189,18 +189,21 @@ def test_slow_load_progress_hard_cancel_and_crash_restart(data_dir: Path) -> Non
     assert status.generation == 2 and status.port == port and status.ready
     assert not alive(first_pid)
     assert sup.progress().aborted and sup.progress().run_id == 2
+    # the relaunch is ready a moment before the restart is counted (Recovery._relaunch)
+    wait_for(lambda: sup.status().restarts == 1, 30, "the hard-cancel restart to be counted")
 
-    # -- crash after ready (the stub's engine dies after its 2nd job): restart, then jobs work
+    # -- crash after ready (the stub's engine dies after its 2nd job): the restart begins.  Its relaunch
+    #    is not waited for (a vLLM import): a crash's relaunch becoming ready, counted, "Restarted after: ..."
+    #    and serving jobs is test_replicas_supervised.py's proof (same Recovery._restart_after(.., "crash")),
+    #    and a relaunch serving jobs again is also shown by the hang restart below.
     for seed in (1, 2):
         assert wait_job(sup, submit(sup, seed=seed))["status"] == "completed"
-    # the relaunch is ready a moment before the restart is counted and its text set (Recovery._relaunch)
-    wait_for(lambda: (s := sup.status()).generation == 3 and s.ready and s.restarts == 2, START_S + 60,
-             "the restart after the crash")
+    crashed_pid = sup.status().pid
+    wait_for(lambda: (s := sup.status()).generation == 3 and s.pid != crashed_pid, START_S,
+             "the restart after the crash to start a new server")
     status = sup.status()
     assert status.last_error_kind == failures.CRASH and "exited after it was ready" in status.last_error
-    assert status.restarts == 2 and status.text.startswith("Restarted after")
-    assert "exited after it was ready" in status.restart_reason
-    assert wait_job(sup, submit(sup, seed=3))["status"] == "completed"
+    assert "exited after it was ready" in status.restart_reason and not alive(crashed_pid)
 
     pgid = sup.pgid
     registry.stop(spec.fingerprint())

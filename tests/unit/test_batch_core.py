@@ -1,7 +1,7 @@
 """client/batch.py: several jobs submitted at once, polled, decoded as each completes, all deleted.
 
 The server here is a fake *client* (FakeClient): it plays a scripted vLLM-Omni job queue at the
-interface run_batch uses (submit / status / download / delete / job_failure / wait_for_next_poll),
+interface run_batch uses (submit / status / download_decoded / delete / job_failure / wait_for_next_poll),
 and the
 first test checks that interface against the real VideoClient's, so the fake cannot drift from
 it. Its MP4s are real H.264 clips (frame_code frames: each decoded frame says its index and seed).
@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import inspect
 import sys
+import time
 import tracemalloc
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
@@ -24,8 +26,11 @@ from test_frames import encode_clip  # noqa: E402
 from vllm_omni_launcher.client.api import VideoClient  # noqa: E402
 from vllm_omni_launcher.client.http_errors import job_failed_error  # noqa: E402
 from vllm_omni_launcher.client.batch import BatchCancelled, BatchUpdate, run_batch  # noqa: E402
+from vllm_omni_launcher.client.bounds import ClipBounds  # noqa: E402
+from vllm_omni_launcher.client.frames import decode_mp4  # noqa: E402
 from vllm_omni_launcher.client.job_results import GenerationCancelled, JobState  # noqa: E402
 from vllm_omni_launcher.client.request import VideoRequest  # noqa: E402
+from vllm_omni_launcher.client.streamed_download import StreamedVideo  # noqa: E402
 from vllm_omni_launcher.client.transport import sleep_checking  # noqa: E402
 from vllm_omni_launcher.errors import LauncherError  # noqa: E402
 
@@ -70,12 +75,15 @@ class FakeClient:
             return JobState(job_id, "failed", "engine blew up", None, 500, {"id": job_id, "status": "failed"})
         return JobState(job_id, status, raw={"id": job_id, "status": status})
 
-    def download(self, job_id: str, *, max_bytes: int = 0, cap_reason: str = "",
-                 should_cancel: Optional[Callable[[], bool]] = None) -> bytes:
+    def download_decoded(self, job_id: str, bounds: ClipBounds, *, into: Optional[np.ndarray] = None,
+                         should_cancel: Optional[Callable[[], bool]] = None) -> StreamedVideo:
         self.calls.append(("download", job_id))
-        self.caps[job_id] = max_bytes
+        self.caps[job_id] = bounds.max_bytes
         frames, width, height = self.shape.get(int(job_id.split("-")[1]), (F, W, H))
-        return encode_clip(frames, width, height, seed=self.seeds[job_id])
+        mp4 = encode_clip(frames, width, height, seed=self.seeds[job_id])
+        video = decode_mp4(mp4, bounds=bounds, into=into)         # the real client decodes as it downloads
+        now = time.monotonic()
+        return StreamedVideo(mp4, video, now, now)
 
     def delete(self, job_id: str) -> bool:
         self.calls.append(("delete", job_id))
@@ -93,7 +101,7 @@ class FakeClient:
 
 
 def test_the_fake_client_has_the_real_clients_interface():
-    for name in ("submit", "status", "download", "delete", "job_failure", "wait_for_next_poll"):
+    for name in ("submit", "status", "download_decoded", "delete", "job_failure", "wait_for_next_poll"):
         fake, real = inspect.signature(getattr(FakeClient, name)), inspect.signature(getattr(VideoClient, name))
         fake_params = [(p.name, p.kind) for p in fake.parameters.values()]
         real_params = [(p.name, p.kind) for p in real.parameters.values()]

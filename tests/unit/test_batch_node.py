@@ -13,7 +13,8 @@ from vllm_omni_launcher import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
 from vllm_omni_launcher.client.batch import BatchCancelled, BatchUpdate
 from vllm_omni_launcher.errors import LauncherError
 from vllm_omni_launcher.nodes import batch_session
-from vllm_omni_launcher.nodes.batch_session import BatchProgress, clip_plan, prompt_lines
+from vllm_omni_launcher.nodes.batch_count import prompt_lines
+from vllm_omni_launcher.nodes.batch_session import BatchProgress, clip_plan
 from vllm_omni_launcher.nodes.handles import ServerHandle
 
 BATCH, GENERATE = NODE_CLASS_MAPPINGS["VLLMOmniGenerateBatch"], NODE_CLASS_MAPPINGS["VLLMOmniGenerateVideo"]

@@ -22,7 +22,8 @@ import frame_code  # noqa: E402
 
 from vllm_omni_launcher.client import frames as frames_mod  # noqa: E402
 from vllm_omni_launcher.client.bounds import bounds_for  # noqa: E402
-from vllm_omni_launcher.client.frames import DecodedVideo, decode_mp4, image_to_png  # noqa: E402
+from vllm_omni_launcher.client.frames import DecodedVideo, decode_mp4  # noqa: E402
+from vllm_omni_launcher.client.images import image_to_png  # noqa: E402
 from vllm_omni_launcher.errors import LauncherError  # noqa: E402
 
 

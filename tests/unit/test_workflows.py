@@ -49,8 +49,9 @@ RELEASED = Path(__file__).resolve().parent / "released_workflows"
 
 EXPECTED_TEMPLATES = {
     "wan22_ti2v_5b_text_to_video", "wan22_ti2v_5b_image_to_video", "wan22_t2v_a14b_2gpu_ulysses",
-    "wan22_i2v_a14b_2gpu_cfg", "remote_server", "wan22_t2v_a14b_4step_lora",
+    "wan22_i2v_a14b_2gpu_cfg", "remote_server", "wan22_t2v_a14b_4step_lora", "wan22_ti2v_5b_seed_sweep",
 }
+JOB_NODES = ("VLLMOmniGenerateVideo", "VLLMOmniGenerateBatch")     # a template's one job node
 TEMPLATES = sorted(p.stem for p in WORKFLOWS.glob("*.json"))
 
 # Core ComfyUI nodes the templates use, in INPUT_TYPES form (ComfyUI 0.3.64 /object_info;
@@ -379,7 +380,7 @@ def test_each_template_ends_in_save_video_fed_by_generate_video(name):
     saves = [e for e in api.values() if e["class_type"] == "SaveVideo"]
     assert len(saves) == 1
     src = api[saves[0]["inputs"]["video"][0]]
-    assert src["class_type"] == "VLLMOmniGenerateVideo" and saves[0]["inputs"]["video"][1] == 2  # VIDEO output
+    assert src["class_type"] in JOB_NODES and saves[0]["inputs"]["video"][1] == 2  # VIDEO output
 
 
 @pytest.mark.parametrize("name", TEMPLATES)
@@ -420,8 +421,8 @@ def test_number_widgets_can_be_set_to_the_values_the_wan_rules_ask_for(defs):
 # --------------------------------------------------------------------------- template semantics
 def _generate_request(name: str, defs: dict[str, NodeDef]) -> tuple[Any, dict, bool]:
     ui = load(ui_path(name))
-    gen = nodes_of(ui, "VLLMOmniGenerateVideo")[0]
-    values = widgets_by_name(defs["VLLMOmniGenerateVideo"], gen)
+    (gen,) = [n for n in ui["nodes"] if n["type"] in JOB_NODES]
+    values = widgets_by_name(defs[gen["type"]], gen)
     has_image = any(i["name"] == "image" and i.get("link") is not None for i in gen["inputs"])
     if nodes_of(ui, "VLLMOmniLoadModel"):
         model = nodes_of(ui, "VLLMOmniLoadModel")[0]["widgets_values"][0]
@@ -434,7 +435,7 @@ def _generate_request(name: str, defs: dict[str, NodeDef]) -> tuple[Any, dict, b
 @pytest.mark.parametrize("name", TEMPLATES)
 def test_template_request_obeys_its_model_rules(name, defs):
     family, values, has_image = _generate_request(name, defs)
-    assert values["prompt"].strip()
+    assert values.get("prompt", values.get("prompts")).strip()
     check_request(family, width=values["width"] or family.width, height=values["height"] or family.height,
                   frames=values["frames"] or family.frames, has_image=has_image)
     expected_image = {"wan22_ti2v_5b_image_to_video": True, "wan22_i2v_a14b_2gpu_cfg": True}.get(name, False)
@@ -444,6 +445,7 @@ def test_template_request_obeys_its_model_rules(name, defs):
 LOCAL_TEMPLATES = {   # template -> (GPU memory its Note asks for, expected parallel layout)
     "wan22_ti2v_5b_text_to_video": ("24", None),
     "wan22_ti2v_5b_image_to_video": ("24", None),
+    "wan22_ti2v_5b_seed_sweep": ("24", None),
     "wan22_t2v_a14b_2gpu_ulysses": ("80,80", ("ulysses", 2, 2, (0, 1))),
     "wan22_i2v_a14b_2gpu_cfg": ("80,80", ("cfg", 2, 2, (0, 1))),
     "wan22_t2v_a14b_4step_lora": ("80,80", ("ulysses", 2, 2, (0, 1))),
@@ -499,7 +501,8 @@ TI2V_PLANS = [   # ((GPU GiB, free system RAM GiB), planner's choice, frames it 
 ]
 
 
-@pytest.mark.parametrize("name", ["wan22_ti2v_5b_text_to_video", "wan22_ti2v_5b_image_to_video"])
+@pytest.mark.parametrize("name", ["wan22_ti2v_5b_text_to_video", "wan22_ti2v_5b_image_to_video",
+                                  "wan22_ti2v_5b_seed_sweep"])
 @pytest.mark.parametrize("machine,label,frames,words", TI2V_PLANS)
 def test_ti2v_note_says_what_the_planner_picks_for_the_template_defaults(name, machine, label, frames, words, defs):
     from vllm_omni_launcher.planner.ladder import recommend

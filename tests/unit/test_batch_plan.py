@@ -1,0 +1,96 @@
+"""Local Server plans for the Generate Batch nodes it feeds: their job count (prompt lines x
+batch_count, read from the queued prompt before any job exists) reaches the planner, so an `auto`
+server on several GPUs fed by a batch of two or more clips suggests replicas where one card fits."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
+from comfy_standin import ComfyStandIn  # noqa: E402
+
+from vllm_omni_launcher import NODE_CLASS_MAPPINGS  # noqa: E402
+from vllm_omni_launcher.errors import LauncherError  # noqa: E402
+
+from vllm_omni_launcher.nodes import session  # noqa: E402
+from vllm_omni_launcher.nodes.batch_count import queued_clips  # noqa: E402
+from vllm_omni_launcher.nodes.handles import ServingChoice  # noqa: E402
+from vllm_omni_launcher.planner.launch_plan import GPU_MEMORY_ENV, resolve_launch  # noqa: E402
+from vllm_omni_launcher.server.local_config import LocalConfig  # noqa: E402
+
+TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
+JOB = {"negative_prompt": "", "width": 0, "height": 0, "frames": 0, "fps": 0, "steps": 0, "guidance": -1.0,
+       "guidance_2": -1.0, "boundary_ratio": -1.0, "flow_shift": -1.0, "seed": 1}
+
+
+def _prompt(**nodes: dict) -> dict:
+    """A queued API prompt: Local Server "3", and the given nodes (id -> class_type and inputs)."""
+    prompt = {"3": {"class_type": "VLLMOmniLocalServer", "inputs": {"model": ["1", 0], "serving": ["2", 0]}}}
+    prompt.update(nodes)
+    return prompt
+
+
+def _batch(prompts, batch_count, server=("3", 0)) -> dict:
+    return {"class_type": "VLLMOmniGenerateBatch",
+            "inputs": {**JOB, "server": list(server), "prompts": prompts, "batch_count": batch_count}}
+
+
+def _video(server=("3", 0)) -> dict:
+    return {"class_type": "VLLMOmniGenerateVideo", "inputs": {**JOB, "server": list(server), "prompt": "a cat"}}
+
+
+@pytest.mark.parametrize("inputs, clips", [
+    ({"prompts": "a fox\n\n a cat \n", "batch_count": 3}, 6),     # blank lines do not count
+    ({"prompts": "a fox", "batch_count": 1}, 1),
+    ({"prompts": ["7", 0], "batch_count": 4}, 4),                 # linked prompts: known when it runs
+    ({"prompts": "a\nb", "batch_count": ["8", 0]}, 2),            # linked count
+    ({"prompts": "", "batch_count": 2}, 2),                       # refused when it runs; counts as one line
+    ({"prompt": "a cat"}, 1),                                     # Generate Video
+])
+def test_a_nodes_queued_clips_are_its_prompt_lines_times_batch_count(inputs, clips):
+    assert queued_clips({**JOB, **inputs}) == clips
+
+
+def test_local_server_counts_the_largest_batch_it_feeds_not_the_sum_of_its_nodes():
+    prompt = _prompt(**{"10": _batch("a fox\na cat", 3), "11": _video(), "12": _batch("owl", 2),
+                        "20": _batch("x\ny\nz", 8, server=("30", 0))})      # fed by another server
+    # ComfyUI runs nodes one after another: only one node's jobs are on the server at a time
+    assert session._queued_jobs(prompt, "3") == 6
+    assert session._queued_jobs(_prompt(**{"11": _video()}), "3") == 1
+    assert session._queued_jobs(None, "3") == 1 and session._queued_jobs(prompt, None) == 1
+
+
+def test_a_batch_fed_auto_server_on_two_cards_shows_the_replica_suggestion(monkeypatch, tmp_path):
+    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_CONFIG", str(tmp_path / "none.json"))
+    monkeypatch.setenv(GPU_MEMORY_ENV, "80,80")
+    config, choice = LocalConfig(), ServingChoice()
+
+    def plan_text(prompt: dict) -> str:
+        return resolve_launch(choice.base_spec(TI2V, config), config, gpus=choice.gpus, auto=True,
+                              server_version=(0, 30), queued_jobs=session._queued_jobs(prompt, "3")).text
+
+    text = plan_text(_prompt(**{"10": _batch("a fox\na cat", 2)}))
+    assert "4 jobs are queued and the model fits one GPU: replicas 2" in text
+    assert "set replicas to 2 on Serving Config" in text
+    assert "jobs are queued" not in plan_text(_prompt(**{"10": _batch("a fox", 1), "11": _video()}))
+
+
+def test_the_local_server_node_shows_the_suggestion_for_the_batch_it_feeds(monkeypatch, tmp_path):
+    """The Local Server node itself, through ComfyUI's stand-in: its text shows the plan before the
+    launch. The server program does not exist here, so the launch then fails (a fault, as on a
+    machine without the server environment) and nothing starts."""
+    config = tmp_path / "vllm_omni_launcher.json"
+    config.write_text(json.dumps({"server_command": [str(tmp_path / "no-such-serve")],
+                                  "data_dir": str(tmp_path / "data")}))
+    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_CONFIG", str(config))
+    monkeypatch.setenv(GPU_MEMORY_ENV, "80,80")
+    model = NODE_CLASS_MAPPINGS["VLLMOmniLoadModel"]().load(TI2V)[0]
+    serving = ServingChoice()
+    with ComfyStandIn() as comfy, pytest.raises(LauncherError):
+        NODE_CLASS_MAPPINGS["VLLMOmniLocalServer"]().start(model, serving, unique_id="3",
+                                                           prompt=_prompt(**{"10": _batch("a\nb\nc", 2)}))
+    texts = [text for text, node in comfy.texts if node == "3"]
+    assert any("6 jobs are queued and the model fits one GPU: replicas 2" in t for t in texts), texts

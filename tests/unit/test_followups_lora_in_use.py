@@ -1,0 +1,88 @@
+"""Issue 13 leftover: a scaled LoRA copy a server of ours uses is never evicted.
+
+The supervisor restarts a crashed server from its spec, whose --lora-path names the copy; had the
+copy been evicted meanwhile (the newest KEEP are kept, and other launches make new ones), the
+restart would fail for a missing file. The copies in use are those named by the state files
+(running servers of any launcher process on the data dir) and by this process's supervisors
+(a server being restarted has no state file until it is back)."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from vllm_omni_launcher.server import registry, state_file
+from vllm_omni_launcher.server.local_config import LocalConfig
+from vllm_omni_launcher.server.lora_files import KEEP, copies_in_use, scaled_lora
+from vllm_omni_launcher.server.loras import StartupLora
+from vllm_omni_launcher.server.spec import LaunchSpec
+from vllm_omni_launcher.server.supervisor import Supervisor
+
+TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
+
+
+def _lora(path: Path) -> Path:
+    """A one-tensor safetensors LoRA (an F32 up weight, so it can be scaled)."""
+    header = json.dumps({"blocks.0.attn.lora_up.weight": {"dtype": "F32", "shape": [2, 2],
+                                                           "data_offsets": [0, 16]}}).encode()
+    path.write_bytes(len(header).to_bytes(8, "little") + header + bytes(16))
+    return path
+
+
+def _copies(src: Path, data: str, strengths: list[float], first_mtime: int) -> list[Path]:
+    made = []
+    for i, strength in enumerate(strengths):
+        made.append(scaled_lora(src, strength, data))
+        os.utime(made[-1], ns=(first_mtime + i * 10**9,) * 2)          # distinct mtimes, oldest first
+    return made
+
+
+def _spec(copy: Path) -> LaunchSpec:
+    return LaunchSpec(model=TI2V, gpus=(0,), lora=StartupLora((str(copy),)))
+
+
+def _state(spec: LaunchSpec, pgid: int) -> state_file.ServerState:
+    return state_file.ServerState(pgid=pgid, leader_create_time=None, server_pid=None, server_create_time=None,
+                                  argv=["vllm", "serve", TI2V], host="127.0.0.1", port=8091,
+                                  fingerprint=spec.fingerprint(), requested_fingerprint=spec.fingerprint(),
+                                  spec=spec.to_dict())
+
+
+def test_a_copy_named_by_a_running_servers_state_file_outlives_newer_copies(tmp_path):
+    src, data = _lora(tmp_path / "a.safetensors"), str(tmp_path / "data")
+    (used,) = _copies(src, data, [0.5], 10**18)
+    state_file.write(data, _state(_spec(used), pgid=4242))
+    assert copies_in_use(data) == {used.resolve()}
+    newer = _copies(src, data, [1.5 + i for i in range(KEEP + 2)], 10**18 + 10**10)
+    left = sorted(p.name for p in (tmp_path / "data" / "loras").glob("*.safetensors"))
+    # the copy in use counts towards KEEP: it and the newest KEEP - 1 are left
+    assert left == sorted([used.name] + [p.name for p in newer[-(KEEP - 1):]])
+
+    state_file.remove(data, 4242)                    # that server stopped: its copy is an old one now
+    _copies(src, data, [20.0], 10**18 + 10**11)
+    assert not used.exists()
+
+
+def test_a_copy_of_a_supervisor_in_this_process_survives_while_it_has_no_state_file(tmp_path):
+    src, data = _lora(tmp_path / "a.safetensors"), str(tmp_path / "data")
+    (used,) = _copies(src, data, [0.5], 10**18)
+    sup = Supervisor(_spec(used), LocalConfig(data_dir=data))   # never started: a restart in progress
+    registry._register(sup)
+    try:
+        assert not state_file.read_all(data)
+        _copies(src, data, [1.5 + i for i in range(KEEP + 2)], 10**18 + 10**10)
+        assert used.exists()
+    finally:
+        registry._unregister(sup)
+    _copies(src, data, [20.0], 10**18 + 10**11)
+    assert not used.exists()
+
+
+def test_a_state_file_we_did_not_write_protects_nothing(tmp_path):
+    src, data = _lora(tmp_path / "a.safetensors"), str(tmp_path / "data")
+    (used,) = _copies(src, data, [0.5], 10**18)
+    path = state_file.write(data, _state(_spec(used), pgid=4343))
+    os.chmod(path, 0o644)                             # not private: state_file.read ignores it
+    assert copies_in_use(data) == set()
+    _copies(src, data, [1.5 + i for i in range(KEEP + 2)], 10**18 + 10**10)
+    assert not used.exists()

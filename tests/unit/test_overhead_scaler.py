@@ -1,0 +1,112 @@
+"""The rgb24 conversion with one scaler per converting thread (client/frames.py `_rgb24`) and the
+decoder settings the overhead bench compares: every path gives exactly the IMAGE of before, i.e.
+PyAV's `to_ndarray(format="rgb24")` / 255 as float32, with its shape and dtype; and the reader's
+wait for missing bytes (client/body_buffer.py `read_wait_s`) that tells whether a decode was
+download-bound.
+
+The MP4 is real (libx264 noise through PyAV, the index after the data as vLLM-Omni writes it);
+servers are our own on 127.0.0.1 (tests/unit/hostile_server.py).
+"""
+from __future__ import annotations
+
+import io
+import threading
+import time
+from typing import Any
+
+import av
+import av.video.reformatter
+import numpy as np
+import pytest
+
+import hostile_server as hs
+from test_overhead_streamed import F, H, PATH, W, file_route, noisy_clip
+from vllm_omni_launcher.client import frames as frames_mod
+from vllm_omni_launcher.client.body_buffer import BodyBuffer
+from vllm_omni_launcher.client.bounds import bounds_for
+from vllm_omni_launcher.client.frames import decode_mp4
+from vllm_omni_launcher.client.streamed_download import download_decoding
+from vllm_omni_launcher.client.transport import Transport
+
+
+@pytest.fixture(scope="module")
+def clip() -> bytes:
+    return noisy_clip()
+
+
+@pytest.fixture(scope="module")
+def reference(clip: bytes) -> np.ndarray:
+    """The IMAGE as it was: each frame through PyAV's own to_ndarray(format="rgb24"), times 1/255."""
+    with av.open(io.BytesIO(clip)) as container:
+        rgb = [f.to_ndarray(format="rgb24") for f in container.decode(container.streams.video[0])]
+    return np.stack(rgb).astype(np.float32) * np.float32(1.0 / 255.0)
+
+
+def _same(video: Any, reference: np.ndarray) -> None:
+    assert video.frames.dtype == np.float32 and video.frames.flags.c_contiguous
+    assert video.frames.shape == (F, H, W, 3) == reference.shape
+    assert np.array_equal(video.frames, reference)
+
+
+@pytest.mark.parametrize("settings", [
+    {}, {"workers": 0}, {"workers": 1}, {"workers": 4}, {"threads": 1}, {"threads": 2, "workers": 2},
+    {"thread_type": "FRAME"}, {"thread_type": "SLICE", "workers": 2}, {"buffer_size": 256 << 10},
+])
+def test_every_decoder_setting_gives_exactly_the_image_of_to_ndarray(clip, reference, settings):
+    _same(decode_mp4(clip, bounds=bounds_for(W, H, F, {}), **settings), reference)
+
+
+def test_the_scaler_is_made_once_per_converting_thread_not_once_per_frame(clip, reference, monkeypatch):
+    made: list[int] = []
+    real = av.video.reformatter.VideoReformatter
+
+    def counting() -> Any:
+        made.append(threading.get_ident())
+        return real()
+
+    monkeypatch.setattr(av.video.reformatter, "VideoReformatter", counting)
+    _same(decode_mp4(clip, workers=2), reference)
+    assert 1 <= len(made) <= 2 and len(set(made)) == len(made)      # 25 frames, 2 threads
+
+
+def test_a_frame_of_another_size_is_scaled_like_to_ndarray_scales_it(clip):
+    with av.open(io.BytesIO(clip)) as container:
+        frame = next(container.decode(container.streams.video[0]))
+        expected = frame.to_ndarray(format="rgb24", width=W // 2, height=H // 2)
+        got = frames_mod._rgb24(frame, W // 2, H // 2)
+    assert got.shape == (H // 2, W // 2, 3) and got.dtype == np.uint8
+    assert np.array_equal(got, expected)
+
+
+def test_the_streamed_path_with_other_decoder_settings_gives_the_same_image(clip, reference):
+    server = hs.HostileServer({("GET", PATH): file_route(clip)})
+    try:
+        with Transport(server.url) as http:
+            got = download_decoding(http, PATH, what="Downloading job v1", job_id="v1", max_bytes=len(clip) + 1,
+                                    cap_reason="", bounds=bounds_for(W, H, F, {}), workers=1, threads=2,
+                                    thread_type="FRAME", buffer_size=256 << 10)
+    finally:
+        server.close()
+    assert got.mp4 == clip and got.read_wait_s >= 0.0
+    _same(got.video, reference)
+
+
+def test_the_reader_counts_its_wait_for_bytes_not_yet_downloaded():
+    buf = BodyBuffer()
+    sink = buf.whole()
+    sink.begin(200, {}, 4)
+    threading.Timer(0.2, lambda: sink.fill(0, b"abcd")).start()
+    start = time.monotonic()
+    assert buf.reader().read(4) == b"abcd"
+    assert 0.0 < buf.read_wait_s <= time.monotonic() - start
+
+
+def test_a_reader_whose_bytes_are_in_never_counts_a_wait():
+    buf = BodyBuffer()
+    sink = buf.whole()
+    sink.begin(200, {}, 4)
+    sink.fill(0, b"abcd")
+    sink.done(4)
+    reader = buf.reader()
+    assert reader.read(2) == b"ab" and reader.read() == b"cd" and reader.read() == b""
+    assert buf.read_wait_s == 0.0
