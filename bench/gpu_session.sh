@@ -214,7 +214,9 @@ case "$phase" in
       R_ARGS="${R_ARGS:---jobs 8 --shape 832x480x49 --steps 4 --poll-s 0.2}" \
         r_bench "$SERVER_ENV/bin/python" "$BASE/models/diffusers/$MODEL" ti2v-5b-fullsize
     else r_bench "$SERVER_ENV/bin/python" "$KIT/gpu-kit/models/tiny-wan22-ti2v" tiny-ti2v; fi ;;
-  J) NO_TI2V=1 setup; j_bench "$SERVER_ENV/bin/python" "$KIT/gpu-kit/models/tiny-wan22-ti2v" tiny-ti2v ;;
+  J)   # the server logs go back as one tarball: a device call returns at most 8 files
+    NO_TI2V=1 setup; j_bench "$SERVER_ENV/bin/python" "$KIT/gpu-kit/models/tiny-wan22-ti2v" tiny-ti2v
+    (cd "$OUT/J" && tar czf server-logs.tgz ./*.server.log && rm -f ./*.server.log) || true ;;
   A14B)
     mode="${2:?A14B eager|compile}"; mkdir -p "$OUT/A14B"
     NO_TI2V=1 setup

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Optional, Sequence, Union
 
 from ..errors import LauncherError, SpecError
-from ..models import WanFamily, nearest_frames
+from ..models import WanFamily
 from ..server.spec import LaunchSpec, MemoryConfig, ParallelConfig
 from .gpus import GpuInfo, hypothetical_gpus, load_nvml, peer_status, query_gpus
 from .memory import RequestShape, plan
@@ -202,7 +202,6 @@ def build_ladder(base: LaunchSpec, gpus: Sequence[GpuInfo], request: RequestShap
         vp = deg
         uly = ParallelConfig("ulysses", deg, vp, ulysses_mode=uly_mode)
         cfgp = ParallelConfig("cfg", 2, 2) if n == 2 else None
-        ring = None
         tp = ParallelConfig("tensor", deg, vp)
         cfg_first = request.cfg and cfgp is not None
         fast: list[tuple[ParallelConfig, str, str]] = []

@@ -42,7 +42,7 @@ from .launch_prep import Launch
 from .local_config import LocalConfig
 from .server_run import ServerRun
 from .spec import LaunchSpec
-from .wedge_watch import REACHABLE, REFUSED, HeadLossPolicy, StallPolicy
+from .wedge_watch import REACHABLE, REFUSED, UNREACHABLE, HeadLossPolicy, StallPolicy
 
 if TYPE_CHECKING:
     from .logwatch import ProgressTracker

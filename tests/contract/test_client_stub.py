@@ -19,7 +19,7 @@ import pytest
 
 import frame_code
 import stubserver
-from shared_stubs import I2V, I2V_SPLIT, KEY, T2V, T2V_KEYED, TI2V, TI2V_OFFLOAD
+from shared_stubs import I2V_SPLIT, KEY, T2V, T2V_KEYED, TI2V, TI2V_OFFLOAD
 
 from vllm_omni_launcher.client.api import VideoClient, VideoRequest
 from vllm_omni_launcher.client.job_results import GenerationCancelled, JobUpdate

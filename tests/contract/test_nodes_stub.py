@@ -8,7 +8,6 @@ import os
 import threading
 import time
 
-import numpy as np
 import pytest
 import requests
 

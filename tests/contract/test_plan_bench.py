@@ -4,7 +4,6 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "memory" / "measure_memory.py"
 

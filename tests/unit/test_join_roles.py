@@ -163,6 +163,15 @@ def test_probe_tells_a_refused_port_from_a_listening_one():
     assert probe_tcp("127.0.0.1", port) == REFUSED
 
 
+def test_probe_counts_a_head_that_never_answers_as_unreachable(monkeypatch):
+    """A firewall that drops the packets (or a host that is down) gives no refusal, only a timeout:
+    that is UNREACHABLE, which the head-loss policy counts only after hang_timeout_s."""
+    def silent(address, timeout=None):
+        raise socket.timeout("timed out")
+    monkeypatch.setattr(socket, "create_connection", silent)
+    assert probe_tcp("127.0.0.1", 9, timeout=0.01) == UNREACHABLE
+
+
 # ---- the policies ----------------------------------------------------------------------------------------
 def test_waiting_jobs_with_nothing_moving_for_the_timeout_mean_a_wedged_head():
     policy = StallPolicy(timeout_s=60)
