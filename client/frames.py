@@ -216,11 +216,16 @@ def _rgb24(frame: Any, width: int, height: int) -> np.ndarray:
         from av.video.reformatter import VideoReformatter  # noqa: PLC0415 (PyAV is imported lazily)
 
         reformatter = _scalers.reformatter = VideoReformatter()
-    size = {} if frame.width == width and frame.height == height else {"width": width, "height": height}
+        _scalers.options = {"threads": 1}
+    options = {**_scalers.options, **({} if frame.width == width and frame.height == height
+                                      else {"width": width, "height": height})}
     try:
-        rgb = reformatter.reformat(frame, format="rgb24", threads=1, **size)
-    except TypeError:             # PyAV before `threads` (its swscale was single-threaded then)
-        rgb = reformatter.reformat(frame, format="rgb24", **size)
+        rgb = reformatter.reformat(frame, format="rgb24", **options)
+    except TypeError:
+        if "threads" not in _scalers.options:
+            raise
+        _scalers.options = {}     # PyAV before `threads` (its swscale was single-threaded then): once per thread
+        return _rgb24(frame, width, height)
     return rgb.to_ndarray()
 
 

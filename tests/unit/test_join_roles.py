@@ -219,3 +219,23 @@ def test_a_replica_without_its_head_is_explained_naming_join():
         err = failures.classify(tail, ctx)
         assert (err.kind, err.setting) == (failures.CRASH, "--join") and where in err.what
         assert failures.CRASH not in failures.PERMANENT       # so the restart budget retries it
+
+
+def test_a_ready_replica_whose_head_port_refuses_is_restarted_with_a_message_naming_join():
+    """After ready, the join role's watch probes the head: a refusal is the head gone, a crash
+    of this replica (so the supervisor restarts it), explained in words naming --join."""
+    with socket.socket() as spare:
+        spare.bind(("127.0.0.1", 0))
+        port = spare.getsockname()[1]               # closed again below: nothing listens there
+
+    class Run:
+        def tail(self, lines: int = 40) -> list[str]:
+            return ["INFO StageDiffusionProc registered with OmniCoordinator (stage_id=0 replica_id=1 coord=x)"]
+
+    from vllm_omni_launcher.server import failures
+
+    watch = JoinRole("127.0.0.1", port, None, 120.0).watch(Run(), progress=None)
+    failure = watch()
+    assert failure is not None and (failure.kind, failure.setting) == (failures.CRASH, "--join")
+    assert failure.what == f"The head's registration port 127.0.0.1:{port} refuses connections"
+    assert "restarts this replica" in failure.fix and "registered with OmniCoordinator" in failure.raw

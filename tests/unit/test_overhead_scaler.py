@@ -69,6 +69,27 @@ def test_the_scaler_is_made_once_per_converting_thread_not_once_per_frame(clip, 
     assert 1 <= len(made) <= 2 and len(set(made)) == len(made)      # 25 frames, 2 threads
 
 
+def test_a_pyav_without_the_threads_option_is_asked_once_per_thread_not_once_per_frame(clip, reference, monkeypatch):
+    """PyAV releases before reformat(threads=) raise TypeError for it: the converter drops the option
+    after the first refusal on its thread instead of paying an exception on every frame."""
+    refused: list[int] = []
+    real = av.video.reformatter.VideoReformatter
+
+    class OldReformatter:
+        def __init__(self) -> None:
+            self._real = real()
+
+        def reformat(self, frame: Any, **options: Any) -> Any:
+            if "threads" in options:
+                refused.append(threading.get_ident())
+                raise TypeError("reformat() got an unexpected keyword argument 'threads'")
+            return self._real.reformat(frame, **options)
+
+    monkeypatch.setattr(av.video.reformatter, "VideoReformatter", OldReformatter)
+    _same(decode_mp4(clip, workers=2), reference)
+    assert 1 <= len(refused) <= 2 and len(set(refused)) == len(refused)   # 25 frames, 2 threads
+
+
 def test_a_frame_of_another_size_is_scaled_like_to_ndarray_scales_it(clip):
     with av.open(io.BytesIO(clip)) as container:
         frame = next(container.decode(container.streams.video[0]))
