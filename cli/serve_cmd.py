@@ -134,8 +134,7 @@ def run(args: argparse.Namespace) -> int:
                 return ExitCode.INTERRUPTED
             raise                       # reported by the CLI (text or JSON) after the stop below
         if isinstance(role, JoinRole):
-            print(f"Replica of {spec.served_name} registered with the head at {role.host}:{role.port}; clients use "
-                  "the head's endpoint", flush=True)
+            print(role.joined_text(sup.spec), flush=True)
         else:
             _announce(sup, spec.served_name, args.no_api_key, key_path)
         _say("Press Ctrl-C to stop.")

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..errors import LauncherError
 from ..server.redact import strip_control
-from .bounds import ClipBounds
+from .bounds import ClipBounds, expected_shape
 from .frames import DecodedVideo, PreparedOutput, VideoInfo, probe_mp4
 from .request import VideoRequest
 from .streamed_download import StreamedVideo, download_decoding
@@ -265,7 +265,7 @@ class VideoClient:
         last_status, last_t = "queued", time.monotonic()
         state: Optional[JobState] = None
         cleanup = not keep_job   # delete the job on the way out (unless the server is gone)
-        shape = _expected_shape(req, frame_multiplier) if decode and due is not None else None
+        shape = expected_shape(bounds) if decode and due is not None else None
         prepared: Optional[PreparedOutput] = None
         try:
             while True:
@@ -388,20 +388,6 @@ def _job_path(job_id: str, tail: str = "") -> str:
             "the server is misbehaving or is not vLLM-Omni",
             "check which program answers at the server URL", setting="server")
     return f"/v1/videos/{segment}{tail}"
-
-
-def _expected_shape(req: VideoRequest, frame_multiplier: int) -> Optional[tuple[int, int, int]]:
-    """(frames, height, width) of the clip an honest server returns for `req`, when the request
-    fixes it exactly (no interpolation, a 4k+1 frame count, a width and height that no model's
-    flooring changes, i.e. multiples of 32); else None: a wrong guess would cost a second clip's
-    memory for a moment."""
-    bounds = req.bounds(frame_multiplier)
-    exact = (bounds.widths is not None and len(bounds.widths) == 1 and bounds.heights is not None
-             and len(bounds.heights) == 1 and bounds.min_frames == bounds.max_frames)
-    if not exact or frame_multiplier != 1 or req.interpolation is not None:
-        return None
-    (width,), (height,) = bounds.widths, bounds.heights
-    return bounds.max_frames, height, width
 
 
 def _download_what(job_id: str) -> str:

@@ -12,10 +12,13 @@ and its one poll cadence (`wait_for_next_poll`: the poll interval, fast polling 
 cancel checks in 0.25 s slices). No HTTP of our own.
 
 Memory: a batch is memory, so its size is capped by the caller (the local config's
-`max_batch_clips`). The frames of all clips go into one [n x F, H, W, 3] float32 array,
-allocated when the first clip is decoded (all requests of a batch ask for one shape). Each clip
-is decoded as soon as it completes, checked against its request (bounds.py), copied into its
-slot and dropped, so at most one clip's frames exist beside the result. Its job is deleted on
+`max_batch_clips`). The frames of all clips go into one [n x F, H, W, 3] float32 array. Where
+the requests fix the clip's shape exactly (bounds.expected_shape, the same for every request)
+it is allocated before the first download and every clip is decoded straight into its rows;
+otherwise the first clip is decoded on its own, fixes the shape and is copied in, the later ones
+decode into their rows. A clip of another shape is decoded on its own and refused (all clips go
+out as one IMAGE batch). Each clip is decoded as soon as it completes, checked against its
+request (bounds.py), so at most one clip's frames exist beside the result. Its job is deleted on
 the server once its MP4 is in hand.
 
 One deadline: `timeout_s` bounds the whole batch from the first submit (None: wait forever, as
@@ -31,6 +34,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from ..errors import LauncherError
+from .bounds import expected_shape
 from .job_results import GenerationCancelled, JobState
 from .request import VideoRequest
 from .transport import Cancelled
@@ -188,7 +192,7 @@ class _Batch:
         """Download clip i, decode it into its slot of the batch's frames, delete its job."""
         job_id = self.jobs[i]
         timings = {"job_done": self.elapsed()}
-        # decoded while it downloads, straight into its rows once the first clip fixed their shape
+        # decoded while it downloads, straight into its rows once their shape is known
         got = self.client.download_decoded(job_id, self.requests[i].bounds(), into=self._slot(i),
                                            should_cancel=self.should_cancel)
         timings["downloaded"], timings["decoded"] = got.downloaded_at - self.t0, got.decoded_at - self.t0
@@ -201,11 +205,21 @@ class _Batch:
         self.client.delete(job_id)
 
     def _slot(self, i: int) -> Optional[np.ndarray]:
-        """Clip i's rows of the batch's frames (None until the first clip fixed their shape)."""
+        """Clip i's rows of the batch's frames; the frames are allocated here from the requests'
+        expected shape when it is known (None until the first clip fixed their shape otherwise)."""
         if self.frames is None:
-            return None
+            shape = self._expected()
+            if shape is None:
+                return None
+            self.frames = np.empty((len(self.requests) * shape[0], *shape[1:], 3), dtype=np.float32)
         per_clip = self.frames.shape[0] // len(self.requests)
         return self.frames[i * per_clip:(i + 1) * per_clip]
+
+    def _expected(self) -> Optional[tuple[int, int, int]]:
+        """(frames, height, width) every request of the batch fixes exactly; None where one leaves
+        it to the server or two ask for different shapes (then the first clip decides)."""
+        shapes = {expected_shape(req.bounds()) for req in self.requests}
+        return shapes.pop() if len(shapes) == 1 else None
 
     def _place(self, i: int, frames: np.ndarray) -> None:
         n = len(self.requests)
@@ -216,13 +230,13 @@ class _Batch:
         if frames.shape != (per_clip, *self.frames.shape[1:]):
             raise LauncherError(
                 f"The clips of the batch differ in size: clip {i + 1} is {_shape(frames.shape)}, "
-                + (f"clip {first.index + 1} is " if first is not None else "the first was ")
+                + (f"clip {first.index + 1} is " if first is not None else "the requests asked for ")
                 + _shape((per_clip, *self.frames.shape[1:])),
                 "the frames of all clips go out as one IMAGE batch, which needs one size and frame count; every "
                 "request asked for the same, so the server changed one of them",
                 "set width, height and frames to explicit values (not 0), or make these clips with Generate "
                 "Video one at a time", setting="width")
-        if not np.shares_memory(frames, self.frames):     # decoded elsewhere (the first clip)
+        if not np.shares_memory(frames, self.frames):     # decoded on its own: no rows yet, or not their shape
             self.frames[i * per_clip:(i + 1) * per_clip] = frames
 
     def delete_left(self) -> tuple[list[tuple[str, str]], bool]:

@@ -77,6 +77,21 @@ class ClipBounds:
             setting="server")
 
 
+def expected_shape(bounds: ClipBounds) -> Optional[tuple[int, int, int]]:
+    """(frames, height, width) of the one clip an honest server returns within `bounds`, when the
+    request fixes it exactly: a single width and height (multiples of 32, which no model's
+    flooring changes), a 4k+1 frame count and no frame interpolation (its range of counts is
+    never one count). None otherwise: the server decides, and a wrong guess would cost a second
+    clip's memory for a moment. Callers allocate a clip's frames from this before its download
+    (api.py's PreparedOutput, batch.py's rows); decode_mp4 still checks the stream against it."""
+    widths, heights = bounds.widths, bounds.heights
+    if widths is None or heights is None or len(widths) != 1 or len(heights) != 1 \
+            or bounds.min_frames != bounds.max_frames:
+        return None
+    (width,), (height,) = widths, heights
+    return bounds.max_frames, height, width
+
+
 def bounds_for(width: Optional[int], height: Optional[int], num_frames: int, extra: dict[str, str],
                frame_multiplier: int = 1) -> ClipBounds:
     """The ClipBounds of a request's shape. A `size` form field ("WxH") overrides width/height,

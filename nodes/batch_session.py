@@ -70,7 +70,8 @@ def generate_batch(handle: ServerHandle, *, prompts: str, seed: int, batch_count
 
 def _run(handle: ServerHandle, requests: list[Any], reporter: progress.NodeReporter) -> BatchResult:
     head = requests[0]          # every request of a batch has the same settings (only prompt and seed differ)
-    client, sup = session.job_client(handle, reporter, cfg_runs(head.guidance, head.guidance_2))
+    # a stopped local server is started again planned for this batch, as Local Server plans it
+    client, sup = session.job_client(handle, reporter, cfg_runs(head.guidance, head.guidance_2), len(requests))
     last = sup.progress() if sup is not None else None
     bar = BatchProgress(reporter, len(requests), int(head.steps or 1),
                         local_progress=sup.progress if sup is not None else None,

@@ -117,9 +117,10 @@ def _launch(model: ModelChoice, serving: ServingChoice, config: LocalConfig,
 
 
 def _running_local(handle: ServerHandle, config: LocalConfig, reporter: progress.NodeReporter,
-                   cfg: bool = True) -> Any:
+                   cfg: bool = True, jobs: int = 1) -> Any:
     """The live supervisor for a local handle, started again when it no longer runs, and planned
-    again for jobs without CFG (`cfg` False) when `auto` had picked CFG parallel for it."""
+    again for jobs without CFG (`cfg` False) when `auto` had picked CFG parallel for it. `jobs`:
+    how many the caller submits at once (a batch), planned for as when Local Server started it."""
     sup = registry.find(_server_id(handle))
     replan = sup is not None and _auto(handle) and bool(idle_cfg_warning(sup.spec, cfg))
     if sup is not None and sup.ready() and not replan:
@@ -131,7 +132,7 @@ def _running_local(handle: ServerHandle, config: LocalConfig, reporter: progress
     reporter.text("This job runs no CFG (guidance 1), so CFG parallel would leave a GPU idle: parallel_mode "
                   "auto plans again for it (a new plan restarts the server)" if replan else
                   "The local server is not running (stopped, idle or crashed): starting it again")
-    sup, plan, _ = _launch(handle.model, handle.serving, config, reporter, cfg=cfg)
+    sup, plan, _ = _launch(handle.model, handle.serving, config, reporter, cfg=cfg, queued_jobs=jobs)
     if plan.spec.fingerprint() == handle.server_id:
         _REPLANNED.pop(handle.server_id, None)
     else:
@@ -258,13 +259,14 @@ def _apply_limit(limit: Optional[RequestLimit], widgets: dict[str, Any]) -> tupl
 
 
 def job_client(handle: ServerHandle, reporter: progress.NodeReporter,
-               cfg: bool = True) -> tuple[VideoClient, Any]:
+               cfg: bool = True, jobs: int = 1) -> tuple[VideoClient, Any]:
     """A client for the handle's server (a local one that no longer runs is started again, with
-    its launch on this node; `cfg`: whether the jobs run CFG, see `_running_local`) and that
+    its launch on this node; `cfg`: whether the jobs run CFG, `jobs`: how many go at once, see
+    `_running_local`) and that
     server's supervisor (None: remote). The key comes from the registry or the local config,
     never from the handle."""
     config = load_local_config()
-    sup = _running_local(handle, config, reporter, cfg) if handle.kind == "local" else None
+    sup = _running_local(handle, config, reporter, cfg, jobs) if handle.kind == "local" else None
     if sup is not None:
         url, key, version = sup.url, sup.api_key, sup.server_version
     else:

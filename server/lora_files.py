@@ -25,7 +25,10 @@ this module, so an evicted copy would turn a crash into a failed restart. Which 
 use (`copies_in_use`): the specs in the state files (every running server of every launcher
 process on this data dir) and the specs of this process's supervisors (a server the supervisor
 is restarting has no state file until it is back; one that stopped for good is started again
-through `scaled_lora`, which makes its copy again).
+through `scaled_lora`, which makes its copy again). This module cannot ask the registry for the
+supervisors (registry -> supervisor -> spec -> loras -> here would be a circle), so the registry
+hands them in the other way: it registers a source of in-use paths (`add_in_use_source`) when it
+is imported, and every supervisor of this process is in a registry that was imported.
 
 The file format (safetensors): an 8-byte little-endian header length, a JSON header
 (`{name: {"dtype", "shape", "data_offsets": [begin, end]}}`, offsets relative to the data
@@ -40,7 +43,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable
 
 from ..errors import LauncherError
 from . import state_file
@@ -52,6 +55,16 @@ FOLDER = "loras"
 KEEP = 4
 MAX_HEADER = 100 * 2**20
 _NUMPY_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2"}
+
+InUseSource = Callable[[], Iterable[str]]
+_in_use_sources: list[InUseSource] = []        # registry.py's: this process's supervisors' LoRA paths
+
+
+def add_in_use_source(source: InUseSource) -> None:
+    """Count the startup LoRA paths `source()` names as in use from now on (copies_in_use).
+    The registry registers its supervisors' here: it imports this module, never the reverse."""
+    if source not in _in_use_sources:
+        _in_use_sources.append(source)
 
 
 @dataclass(frozen=True)
@@ -116,14 +129,11 @@ def scaled_lora(source: Path, strength: float, data_dir: str) -> Path:
 
 def copies_in_use(data_dir: str) -> set[Path]:
     """The startup LoRA files of the servers of ours: those in the state files under `data_dir`
-    and those of this process's supervisors (see the module docstring)."""
-    # registry -> supervisor -> spec -> loras -> this module: imported here, not at the top
-    from . import registry  # noqa: PLC0415
-
+    and those the registered sources name (this process's supervisors: see the module docstring)."""
     specs = [st.spec for _, st in state_file.read_all(data_dir) if st is not None]
     paths = {p for spec in specs for p in (spec.get("lora") or {}).get("lora_paths", ())}
-    for sup in registry.all_servers():
-        paths.update(sup.spec.lora.lora_paths + sup.requested_spec.lora.lora_paths)
+    for source in list(_in_use_sources):
+        paths.update(source())
     return {Path(p).resolve() for p in paths if isinstance(p, str)}
 
 

@@ -16,9 +16,11 @@ A Supervisor runs one of three roles (docs/replicas.md, section 7):
   --stage-id 0 --omni-master-address ADDR --omni-master-port PORT [--omni-dp-size-local N
   --stage-overrides '{"0":{"devices":...}}'] [--omni-replica-address A]`. No HTTP port and no
   API key: it is ready once each of its replicas printed upstream's "StageDiffusionProc
-  registered with OmniCoordinator" (failure_patterns.REPLICA_REGISTERED), and it is restarted
-  when its process dies (the supervisor's crash path) or the head is gone
-  (wedge_watch.HeadLossPolicy), so that it registers again.
+  registered with OmniCoordinator" (failure_patterns.REPLICA_REGISTERED, read from its log
+  incrementally: `RegistrationLog`), and it is restarted when its process dies (the supervisor's
+  crash path) or the head is gone (wedge_watch.HeadLossPolicy), so that it registers again. Having
+  no port, every text about it (starting, ready, restarted, the CLI's line) names its GPUs and its
+  head instead (`starting_text`, `ready_at`, `ready_text`), and its run has no URL.
 
 Model, GPUs, parallel layout, memory and replicas are the launch spec's, as for any server; the
 role only adds what its upstream runtime needs. Nothing here comes from a workflow: the roles
@@ -30,16 +32,18 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import os
 import socket
 import time
 from typing import TYPE_CHECKING, Callable, Optional
 
 from ..errors import LauncherError
-from . import failures, probe, replicas
+from . import failures, gpu_lock, probe, replicas
 from .failure_patterns import REPLICA_REGISTERED
 from .failures import ServerFailure
 from .launch_prep import Launch
 from .local_config import LocalConfig
+from .log_follower import Splitter
 from .server_run import ServerRun
 from .spec import LaunchSpec
 from .wedge_watch import REACHABLE, REFUSED, UNREACHABLE, HeadLossPolicy, StallPolicy
@@ -52,6 +56,7 @@ STALL_POLL_S = 5.0                      # how often the head's job list is read
 HEAD_PROBE_S = 1.0                      # how often a joined replica probes the head's registration port
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+READ_CHUNK = 1 << 20                    # bytes of a log read at a time while looking for registrations
 
 Watch = Callable[[], Optional[ServerFailure]]
 
@@ -118,9 +123,22 @@ class ServerRole:
               cancel: Callable[[], bool]) -> ServerRun:
         return ServerRun.spawn(launch, generation, data_dir, on_segment, cancel)
 
+    @property
+    def serves_http(self) -> bool:
+        """Whether the run has an HTTP port (a joined replica has none: texts and reports name none)."""
+        return True
+
+    def starting_text(self, spec: LaunchSpec, where: str, port: int) -> str:
+        """The status text while a run starts on `where` (its GPUs)."""
+        return f"Starting {spec.served_name} on {where} (port {port})"
+
     def ready_text(self, spec: LaunchSpec, run: ServerRun, where: str) -> str:
         copies = f", {spec.replicas} replicas" if spec.replicas > 1 else ""
         return f"Ready: {spec.served_name} at {run.url} ({where}{copies})"
+
+    def ready_at(self, spec: LaunchSpec, where: str, url: Optional[str]) -> str:
+        """Where a ready run is, for the texts after ready (restarted, a job's OOM, a cancel)."""
+        return f"Ready at {url}"
 
     @property
     def watches_replica_processes(self) -> bool:
@@ -226,9 +244,27 @@ class JoinRole(ServerRole):
         run.expected, run.head = launch.spec.replicas, (self.host, self.port)
         return run
 
+    @property
+    def serves_http(self) -> bool:
+        return False
+
+    def starting_text(self, spec: LaunchSpec, where: str, port: int) -> str:
+        return f"Starting {_copies(spec)} of {spec.served_name} on {where}, to register with {self._head}"
+
     def ready_text(self, spec: LaunchSpec, run: ServerRun, where: str) -> str:
-        copies = f"{spec.replicas} replicas" if spec.replicas > 1 else "1 replica"
-        return f"Ready: {copies} of {spec.served_name} ({where}) registered with the head at {self.host}:{self.port}"
+        return f"Ready: {_copies(spec)} of {spec.served_name} ({where}) registered with {self._head}"
+
+    def ready_at(self, spec: LaunchSpec, where: str, url: Optional[str]) -> str:
+        return f"Ready on {where}, registered with {self._head}"
+
+    def joined_text(self, spec: LaunchSpec) -> str:
+        """`serve --join`'s line once the replicas registered (clients go to the head)."""
+        return (f"{_copies(spec).capitalize()} of {spec.served_name} on {gpu_lock.describe(spec.gpus)} registered "
+                f"with {self._head}; clients use the head's endpoint")
+
+    @property
+    def _head(self) -> str:
+        return f"the head at {self.host}:{self.port}"
 
     def watch(self, run: ServerRun, progress: "ProgressTracker") -> Optional[Watch]:
         policy = HeadLossPolicy(self.unreachable_s)
@@ -252,6 +288,13 @@ class HeadlessRun(ServerRun):
     head: tuple[str, int] = ("127.0.0.1", 0)
     _probed = 0.0
     _head_seen = False
+    _registrations: Optional["RegistrationLog"] = None
+
+    @property
+    def url(self) -> str:
+        """Empty: a headless runtime serves no HTTP (clients use the head's endpoint), so there is no URL
+        to name in its texts or to advertise in its GPU lock."""
+        return ""
 
     def answers(self) -> bool:
         if self.registered() >= self.expected:
@@ -266,12 +309,11 @@ class HeadlessRun(ServerRun):
         return False
 
     def registered(self) -> int:
-        """Replicas of this run that registered with the head (from its log)."""
-        try:
-            with open(self.log_path, encoding="utf-8", errors="replace") as fh:
-                return len({m.group(1) for m in REPLICA_REGISTERED.finditer(fh.read())})
-        except OSError:
-            return 0
+        """Replicas of this run that registered with the head (from its log, read on from the last look:
+        answers() runs on every readiness poll, and a slow start's log is megabytes)."""
+        if self._registrations is None or self._registrations.path != self.log_path:
+            self._registrations = RegistrationLog(self.log_path)
+        return self._registrations.count()
 
     def healthy(self, timeout: float) -> bool:
         return True     # no /health: the process watch and the head watch (JoinRole.watch) cover it
@@ -284,6 +326,38 @@ class HeadlessRun(ServerRun):
         except OSError:
             pass
         self.stop(graceful=False, timeout=5.0)
+
+
+class RegistrationLog:
+    """The replica ids a log file's registration lines name, read incrementally: each look reads only
+    what was written since the last one, and a line cut off at the end of a read counts once its end
+    is there (the same UTF-8 / line splitting the log follower uses). A log the follower copy-truncated
+    (rotation) is read again from its start; ids already seen stay counted."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._offset = 0
+        self._lines = Splitter()
+        self._ids: set[str] = set()
+
+    def count(self) -> int:
+        """The distinct replica ids registered so far."""
+        try:
+            with open(self.path, "rb") as fh:
+                if os.fstat(fh.fileno()).st_size < self._offset:
+                    self._offset, self._lines = 0, Splitter()
+                fh.seek(self._offset)
+                while chunk := fh.read(READ_CHUNK):
+                    self._offset += len(chunk)
+                    for text, _ in self._lines.feed(chunk):
+                        self._ids.update(m.group(1) for m in REPLICA_REGISTERED.finditer(text))
+        except OSError:
+            pass
+        return len(self._ids)
+
+
+def _copies(spec: LaunchSpec) -> str:
+    return f"{spec.replicas} replicas" if spec.replicas > 1 else "1 replica"
 
 
 def head_stalled(seconds: float, waiting: int, timeout_s: float, tail: list[str]) -> ServerFailure:

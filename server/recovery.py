@@ -67,6 +67,7 @@ class Recovery:
         def alive(self) -> bool: ...
         def wait_ready(self, timeout: Optional[float] = None) -> bool: ...
         def _set(self, phase: Optional[str] = None, text: Optional[str] = None) -> None: ...
+        def _ready_at(self) -> str: ...
         def _context(self, spec: "LaunchSpec", exit_code: Optional[int], ever_ready: bool) -> failures.Context: ...
         def _next_fallback(self, spec: "LaunchSpec", kind: str) -> Optional[tuple["LaunchSpec", str]]: ...
         def _launch_with_fallback(self, timeout: Optional[float], preferred_port: Optional[int],
@@ -173,13 +174,13 @@ class Recovery:
                 return False
             with self._lock:
                 self._restart_count += 1
-            self._set(READY, f"{ready_text}. Ready at {self.url} (generation {self._generation})")
+            self._set(READY, f"{ready_text}. {self._ready_at()} (generation {self._generation})")
             return True
 
     def _handle_request_locked(self, reason: str, note: str) -> None:
         if reason == "oom_job":
             if self._next_fallback(self.spec, failures.OOM_JOB) is None:
-                self._set(None, f"Ready at {self.url}; the last job ran out of GPU memory and the fallback "
+                self._set(None, f"{self._ready_at()}; the last job ran out of GPU memory and the fallback "
                                 "has no leaner configuration left")
                 return
             change = self._board.fallback_notes[-1]
@@ -206,7 +207,7 @@ class Recovery:
         if self.fallback is not None:
             self._monitor.request("oom_job", "a job ran out of GPU memory")
         else:
-            self._set(None, f"Ready at {self.url}; the last job ran out of GPU memory ({err.fix})")
+            self._set(None, f"{self._ready_at()}; the last job ran out of GPU memory ({err.fix})")
 
     # ---- cancel ------------------------------------------------------------------------
     def cancel_job(self, job_id: str, run_floor: int = -1, queued: bool = False) -> CancelDecision:
@@ -219,7 +220,7 @@ class Recovery:
         log.info("Cancel of job %s: %s", job_id, decision.text)
         if not queued:
             if self._board.phase == READY:
-                self._set(None, f"Ready at {self.url}; {decision.text}")
+                self._set(None, f"{self._ready_at()}; {decision.text}")
             threading.Thread(target=self._follow_cancel, args=(job_id, run_floor, time.monotonic()), daemon=True,
                              name="vllm-omni-cancel").start()
         return decision
@@ -239,7 +240,7 @@ class Recovery:
             running = cur is not None and not cur.done and not cur.aborted
             if not running and (seen or since >= self.cancel_policy.grace_s or not self.alive()):
                 if seen and self._board.phase == READY:
-                    self._set(None, f"Ready at {self.url}; the cancelled job's denoise ended, the GPU is free")
+                    self._set(None, f"{self._ready_at()}; the cancelled job's denoise ended, the GPU is free")
                 return
             if not running:
                 continue

@@ -21,7 +21,7 @@ import signal
 import threading
 from typing import Any, Callable, Optional
 
-from . import adoption, timeouts
+from . import adoption, cancel_wait, lora_files, timeouts
 from .failures import LaunchCancelled, ServerFailure
 from .local_config import LocalConfig, load_local_config
 from .spec import LaunchSpec
@@ -64,6 +64,15 @@ def _unregister(sup: Supervisor) -> None:
             _servers.remove(sup)
 
 
+def _lora_paths_in_use() -> list[str]:
+    """The startup LoRA files of this process's servers, as run and as asked for (lora_files keeps
+    those copies: a supervisor restarting one has no state file until it is back)."""
+    return [path for sup in all_servers() for path in sup.spec.lora.lora_paths + sup.requested_spec.lora.lora_paths]
+
+
+lora_files.add_in_use_source(_lora_paths_in_use)
+
+
 def gpus_overlap(a: Optional[tuple[int, ...]], b: Optional[tuple[int, ...]]) -> bool:
     if a is None or b is None:
         return True
@@ -84,7 +93,7 @@ def get_or_start(spec: LaunchSpec, config: Optional[LocalConfig] = None, *, fall
     config = config or load_local_config()
     install_exit_handlers()
     fingerprint = spec.fingerprint()
-    if not _acquire_start_lock(should_cancel):
+    if not cancel_wait.acquire(_start_lock, cancel_wait.quiet(should_cancel)):   # one decision at a time
         raise LaunchCancelled("waiting for another server start to finish")
     try:
         sup = find(fingerprint)
@@ -120,14 +129,6 @@ def get_or_start(spec: LaunchSpec, config: Optional[LocalConfig] = None, *, fall
         return sup
     finally:
         _start_lock.release()
-
-
-def _acquire_start_lock(should_cancel: Optional[Callable[[], bool]]) -> bool:
-    """One get_or_start decision at a time; a cancel while another one runs gives up."""
-    while not _start_lock.acquire(timeout=0.1):
-        if should_cancel is not None and should_cancel():
-            return False
-    return True
 
 
 def _stop_overlapping(spec: LaunchSpec, keep: Optional[Supervisor] = None) -> None:

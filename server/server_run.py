@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from . import failures, log_files, probe, process_group, state_file, timeouts
+from .cancel_wait import ShouldCancel
 from .failures import LaunchCancelled
 from .launch_prep import Launch
 from .log_follower import LogFollower, read_tail
 from .spec import LaunchSpec
 
 OnSegment = Callable[[str, bool], None]
-ShouldCancel = Callable[[], bool]
 
 
 @dataclass(frozen=True)

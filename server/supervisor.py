@@ -11,7 +11,7 @@ file), log_files.py, log_follower.py + logwatch.py (what the log says) + log_eve
 (what the supervisor does with it), status.py (the visible state), monitor.py + recovery.py
 (after ready: crash, hang, OOM job, cancel, keep-alive), restart_policy.py (the restart
 budget), cancel_policy.py (drain or restart after a cancel, weighed against this server's
-measured start time) and adoption.py (servers an earlier ComfyUI left behind). Nodes and the CLI reach supervisors through registry.py, which this
+measured start time), cancel_wait.py (lock waits a cancel ends) and adoption.py (servers an earlier ComfyUI left behind). Nodes and the CLI reach supervisors through registry.py, which this
 module never imports.
 
 Secrets stay out of `status()`: the per-launch API key exists only in the child's
@@ -25,10 +25,11 @@ import time
 from typing import Any, Callable, Optional
 
 from ..errors import LauncherError
-from . import failures, gpu_lock, launch_prep, logwatch, replicas, timeouts
+from . import cancel_wait, failures, gpu_lock, launch_prep, logwatch, replicas, timeouts
 from .failures import LaunchCancelled, ServerFailure
 from .hf_cache import DownloadWatch
 from .cancel_policy import CancelPolicy, LaunchClock
+from .cancel_wait import ShouldCancel
 from .local_config import LocalConfig, default_data_dir
 from .log_events import LogEvents
 from .logwatch import DenoiseProgress
@@ -42,7 +43,6 @@ from .status import (FAILED, READY, RESTARTING, STARTING, STOPPED, STOPPING, Sta
                      StatusBoard, StatusCallback)
 
 Fallback = Callable[[LaunchSpec, str], Optional[tuple[LaunchSpec, str]]]
-ShouldCancel = Callable[[], bool]
 
 
 class Supervisor(LogEvents, Recovery):
@@ -176,6 +176,10 @@ class Supervisor(LogEvents, Recovery):
             return False if self._board.phase in (STOPPED, FAILED) and not self._monitor.pending else None
         return self._board.wait(done, timeout)
 
+    def _ready_at(self) -> str:
+        """Where the ready server is, for the texts after ready (its URL; a joined replica's GPUs and head)."""
+        return self.role.ready_at(self.spec, gpu_lock.describe(self.spec.gpus), self.url)
+
     def _set(self, phase: Optional[str] = None, text: Optional[str] = None) -> None:
         self._board.set(phase, text)
 
@@ -191,8 +195,8 @@ class Supervisor(LogEvents, Recovery):
         """
         if on_status is not None:
             self._board.listen(on_status)
-        asked = _quiet(should_cancel)
-        if not _acquire(self._op_lock, asked):
+        asked = cancel_wait.quiet(should_cancel)
+        if not cancel_wait.acquire(self._op_lock, asked):
             raise LaunchCancelled(self._board.text)
         try:
             self._stop_evt.clear()
@@ -282,7 +286,7 @@ class Supervisor(LogEvents, Recovery):
             self._ready = False
         self._progress.new_launch()
         self._launch_clock.started()
-        self._set(STARTING, f"Starting {spec.served_name} on {gpu_lock.describe(spec.gpus)} (port {launch.port})")
+        self._set(STARTING, self.role.starting_text(spec, gpu_lock.describe(spec.gpus), launch.port))
         run = self.role.spawn(launch, self._generation, self._data_dir, self._on_segment, cancel)
         with self._lock:
             self._run = run
@@ -331,8 +335,9 @@ class Supervisor(LogEvents, Recovery):
 
     def _context(self, spec: LaunchSpec, exit_code: Optional[int], ever_ready: bool) -> failures.Context:
         run = self._run
+        port = run.port if run is not None and self.role.serves_http else None
         return failures.Context(model=spec.model, gpus=gpu_lock.describe(spec.gpus),
-                                world_size=spec.parallel.world_size, port=run.port if run is not None else None,
+                                world_size=spec.parallel.world_size, port=port,
                                 port_configured=bool(spec.port or self.config.port), ever_ready=ever_ready,
                                 exit_code=exit_code)
 
@@ -394,20 +399,3 @@ class Supervisor(LogEvents, Recovery):
         sup._monitor.ensure_running()
         return sup
 
-
-def _quiet(should_cancel: Optional[ShouldCancel]) -> ShouldCancel:
-    """`should_cancel` that never raises (a broken callback must not break a start)."""
-    def asked() -> bool:
-        try:
-            return bool(should_cancel()) if should_cancel is not None else False
-        except Exception:  # noqa: BLE001
-            return False
-    return asked
-
-
-def _acquire(lock: "threading.RLock", cancel: ShouldCancel) -> bool:
-    """Take `lock`, giving up (False) when `cancel()` turns true while another start holds it."""
-    while not lock.acquire(timeout=0.1):
-        if cancel():
-            return False
-    return True

@@ -98,7 +98,11 @@ def test_generate_batch_node_returns_all_clips_with_one_bar_and_cancel_deletes_t
         cancelled = interrupted.__context__
         assert isinstance(cancelled, BatchCancelled) and len(cancelled.jobs) == 4
         final = [text for text, node_id in comfy.texts if node_id == "batch"][-1]
-        assert final.startswith("Cancelled after 0 clip(s): deleted 4 job(s); 3 never reached the GPU"), final
+        # how many were still queued depends on how many the server took in its first wave (1 to 4, above)
+        statuses = [status for _, status in cancelled.jobs]
+        assert set(statuses) <= {"queued", "in_progress"} and "in_progress" in statuses, statuses
+        queued = statuses.count("queued")
+        assert final.startswith(f"Cancelled after 0 clip(s): deleted 4 job(s); {queued} never reached the GPU"), final
         with VideoClient(stub.url) as client:
             assert all(gone(client, job) for job, _ in cancelled.jobs)
 

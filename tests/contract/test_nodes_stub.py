@@ -8,17 +8,20 @@ import os
 import threading
 import time
 
+import psutil
 import pytest
 import requests
 
 import frame_code
 from comfy_standin import ComfyStandIn, InterruptProcessingException
 from stubserver import STUB_SCRIPT, server_python
-from test_supervisor import alive
+from test_supervisor import alive, assert_no_process_left, stub_pids
 from vllm_omni_launcher import NODE_CLASS_MAPPINGS
 from vllm_omni_launcher.errors import LauncherError
 from vllm_omni_launcher.nodes.handles import ServerHandle
+from vllm_omni_launcher.server import failures
 from vllm_omni_launcher.server import registry as supervisor
+from vllm_omni_launcher.server.failures import ServerFailure
 
 TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
 
@@ -280,7 +283,9 @@ def test_cancel_deletes_the_job_and_restarts_a_server_still_busy(tmp_path, monke
 def test_auto_serving_falls_back_down_the_planner_ladder_on_oom(tmp_path, monkeypatch):
     """Serving 'auto' on an 80 GB card picks no offload for TI2V-5B; the stub (like a real card that
     is fuller than planned) runs out of memory at load unless CPU offload is on. The supervisor
-    asks the planner for the next rung, relaunches, and the node says what changed."""
+    asks the planner for the next rung, relaunches once with it, and the node says what changed.
+    This is also the supervisor's OOM-fallback test (Supervisor._launch_with_fallback: the leaner
+    spec is tried once, noted, and the server stays findable under the requested fingerprint)."""
     _fresh_launcher(tmp_path, monkeypatch, VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB="80",
                     VLLM_OMNI_STUB_OOM_UNLESS="--enable-cpu-offload,--enable-layerwise-offload")
     with ComfyStandIn() as comfy:
@@ -292,10 +297,18 @@ def test_auto_serving_falls_back_down_the_planner_ladder_on_oom(tmp_path, monkey
             assert sup is not None and sup.ready()
             assert sup.spec.memory.offload in ("module", "layerwise")       # what finally fit
             assert sup.requested_spec.memory.offload == "none"             # what the plan chose first
-            note = sup.status().fallback_note or ""
+            status = sup.status()
+            note = status.fallback_note or ""
             assert "offload" in note
+            assert {"--enable-cpu-offload", "--enable-layerwise-offload"} & set(psutil.Process(status.pid).cmdline())
+            assert status.requested_fingerprint == sup.requested_spec.fingerprint() != status.fingerprint
+            assert supervisor.find(status.requested_fingerprint) is sup and supervisor.find(status.fingerprint) is sup
+            pids = stub_pids(tmp_path)
+            assert len(pids) == 2 and not alive(pids[0]) and alive(pids[1])   # one failed start, one relaunch
             texts = "\n".join(t for t, _ in comfy.texts)
             assert "Recommended" in texts and "offload" in texts            # plan and change shown on the node
+            again = NODE_CLASS_MAPPINGS["VLLMOmniLocalServer"]().start(model, serving, unique_id="srv")[0]
+            assert supervisor.find(again.server_id) is sup and stub_pids(tmp_path) == pids   # the same request reuses it
             image, _, _ = _generate(handle, frames=5)
             assert tuple(image.shape) == (5, 64, 64, 3)
         finally:
@@ -303,16 +316,25 @@ def test_auto_serving_falls_back_down_the_planner_ladder_on_oom(tmp_path, monkey
 
 
 def test_auto_fallback_off_stops_with_the_plan_and_the_fix(tmp_path, monkeypatch):
+    """Out of memory while loading with auto_fallback off: one start (a configuration error is never
+    retried), the error explains it and names offload, and nothing is left. This is also the
+    supervisor's OOM-at-load test (registry.get_or_start without a fallback)."""
     _fresh_launcher(tmp_path, monkeypatch, VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB="80",
                     VLLM_OMNI_STUB_OOM_AT_LOAD="1")
-    with ComfyStandIn():
+    with ComfyStandIn() as comfy:
         model = NODE_CLASS_MAPPINGS["VLLMOmniLoadModel"]().load(TI2V)[0]
         serving = _serving(gpus="auto", parallel_mode="auto", auto_fallback=False)
         try:
-            with pytest.raises(LauncherError) as err:
+            with pytest.raises(ServerFailure) as caught:
                 NODE_CLASS_MAPPINGS["VLLMOmniLocalServer"]().start(model, serving, unique_id="srv")
-            assert "out of memory" in str(err.value).lower()
-            assert "CUDA out of memory" in err.value.raw          # upstream's own words kept
+            err = caught.value
+            assert isinstance(err, LauncherError) and "out of memory" in str(err).lower()
+            assert err.kind == failures.OOM_LOAD and err.setting == "offload"
+            assert "ran out of memory while loading" in str(err) and "offload" in err.fix
+            assert "CUDA out of memory" in err.raw          # upstream's own words kept
+            assert len(stub_pids(tmp_path)) == 1, "a configuration error must not be retried"
+            assert supervisor.all_servers() == []
+            assert comfy.texts[-1][1] == "srv" and err.what in comfy.texts[-1][0]    # the failed status, on the node
         finally:
             supervisor.stop_all()
-        assert not any(s.alive() for s in supervisor.all_servers())
+        assert_no_process_left(tmp_path)

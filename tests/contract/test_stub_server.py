@@ -239,8 +239,8 @@ def too_few_devices():
 def oom_unless_flag_missing():
     # The OOM at load of both knobs (VLLM_OMNI_STUB_OOM_AT_LOAD=1, and OOM_UNLESS without its flag)
     # is one line of the fake GPU (Knobs.oom_at_load_now): this one process shows upstream's reaction
-    # to it.  OOM_AT_LOAD itself is driven end to end by test_supervisor.py (kind, fix, raw text)
-    # and test_nodes_stub.py (auto fallback off).
+    # to it.  OOM_AT_LOAD itself is driven end to end (kind, fix, raw text, no retry) by
+    # test_nodes_stub.py::test_auto_fallback_off_stops_with_the_plan_and_the_fix.
     return _exits(TI2V, env={"VLLM_OMNI_STUB_OOM_UNLESS": OFFLOAD_FLAGS})
 
 

@@ -104,7 +104,7 @@ def test_generate_at_guidance_1_replans_an_auto_cfg_server_once_and_keeps_using_
     running = {cfg_spec.fingerprint(): _Sup(cfg_spec)}
     launches: list[bool] = []
 
-    def launch(model, serving, config, reporter, cfg=True):
+    def launch(model, serving, config, reporter, cfg=True, queued_jobs=1):
         launches.append(cfg)
         spec = cfg_spec if cfg else uly_spec
         running.pop(cfg_spec.fingerprint(), None)                  # the GPUs are taken over

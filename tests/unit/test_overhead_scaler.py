@@ -116,7 +116,16 @@ def test_the_reader_counts_its_wait_for_bytes_not_yet_downloaded():
     buf = BodyBuffer()
     sink = buf.whole()
     sink.begin(200, {}, 4)
-    threading.Timer(0.2, lambda: sink.fill(0, b"abcd")).start()
+    # The bytes come once the reader is blocked on them (not after a fixed delay, which a busy box
+    # could let pass before the read even starts: then there would be no wait to count).
+    blocked = threading.Event()
+    wait = buf._raise_or_wait
+
+    def waiting() -> None:
+        blocked.set()
+        wait()
+    buf._raise_or_wait = waiting  # type: ignore[method-assign]
+    threading.Thread(target=lambda: (blocked.wait(30), sink.fill(0, b"abcd")), daemon=True).start()
     start = time.monotonic()
     assert buf.reader().read(4) == b"abcd"
     assert 0.0 < buf.read_wait_s <= time.monotonic() - start

@@ -7,6 +7,7 @@ disagrees with the file, a body that stops).
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import threading
 import time
@@ -18,7 +19,7 @@ import numpy as np
 import pytest
 
 import hostile_server as hs
-from test_hostile_server import job_body, job_routes
+from test_hostile_server import CancelOnceBlocked, job_body, job_routes
 from vllm_omni_launcher.client import streamed_download
 from vllm_omni_launcher.client.api import VideoClient, VideoRequest
 from vllm_omni_launcher.client.body_buffer import BodyBuffer
@@ -31,6 +32,7 @@ from vllm_omni_launcher.errors import LauncherError
 PATH = "/v1/videos/v1/content"
 W, H, F = 320, 192, 25
 CANCEL_LATENCY_S = 1.5
+HOLD_S = 20.0          # the longest a test's stalled answer waits for the client to do what it waits for
 
 
 def noisy_clip(width: int = W, height: int = H, frames: int = F) -> bytes:
@@ -59,11 +61,12 @@ def clip() -> bytes:
 
 
 def file_route(data: bytes, *, ranges: bool = True, tail_data: Optional[bytes] = None,
-               pause_s: float = 0.0, cut_at: Optional[int] = None) -> hs.Route:
+               hold: Optional[Callable[[], object]] = None, cut_at: Optional[int] = None) -> hs.Route:
     """GET of a file like Starlette's FileResponse: `Accept-Ranges: bytes`, and a suffix range
     answered with 206 (from `tail_data` when given: a server whose two answers disagree). The
-    whole answer pauses `pause_s` before its last quarter (so a decoder has to wait for it) and
-    stops at `cut_at` when given."""
+    whole answer stalls before its last quarter until `hold()` returns when given (so a decoder
+    has to wait for it; a test's hold waits for what the test is about, not for a fixed time a
+    busy box might not keep to), and stops at `cut_at` when given."""
     def route(peer: hs.Peer) -> None:
         wanted = peer.exchange.headers.get("range", "")
         if ranges and wanted.startswith("bytes=-"):
@@ -81,7 +84,8 @@ def file_route(data: bytes, *, ranges: bool = True, tail_data: Optional[bytes] =
         body = data if cut_at is None else data[:cut_at]
         split = len(body) * 3 // 4
         if peer.send(body[:split]):
-            time.sleep(pause_s)
+            if hold is not None:
+                hold()
             peer.send(body[split:])
     return route
 
@@ -122,11 +126,18 @@ def test_streamed_decode_gives_exactly_the_frames_and_bytes_of_download_then_dec
     assert [e.headers["range"] for e in ranged] == [f"bytes=-{streamed_download.TAIL_BYTES}"]
 
 
-def test_decoding_starts_before_the_last_byte_when_the_tail_comes_first(serve, clip):
-    """The whole answer stalls before its last quarter; with the tail (the index) in, the decoder
-    has frames out of the first three quarters before the stall ends."""
-    server = serve(file_route(clip, pause_s=1.0))
-    seen: list[tuple[float, int]] = []                         # (when, file position after the read)
+def until(condition: Callable[[], bool], timeout_s: float = HOLD_S) -> bool:
+    """Wait for `condition` (polled), at most timeout_s; its final value."""
+    end = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < end:
+        time.sleep(0.01)
+    return condition()
+
+
+@contextlib.contextmanager
+def watched_reads() -> Iterator[list[tuple[float, int]]]:
+    """Record every read of the streamed decoder: (when, file position after the read)."""
+    seen: list[tuple[float, int]] = []
     original = streamed_download.decode_mp4
 
     def watching(source: Any, **kw: Any) -> Any:
@@ -141,12 +152,29 @@ def test_decoding_starts_before_the_last_byte_when_the_tail_comes_first(serve, c
 
     streamed_download.decode_mp4 = watching
     try:
-        t0 = time.monotonic()
-        got = fetch(server.url, len(clip))
+        yield seen
     finally:
         streamed_download.decode_mp4 = original
-    assert got.downloaded_at - t0 >= 0.9                      # the stall was real
-    middle = [pos for t, pos in seen if t - t0 < 0.9 and len(clip) // 3 < pos < len(clip) * 3 // 4]
+
+
+def test_decoding_starts_before_the_last_byte_when_the_tail_comes_first(serve, clip):
+    """The whole answer stalls before its last quarter until the decoder has read frame data of
+    the first three quarters (or HOLD_S passed): with the tail (the index) in, it has, so the
+    decode ran while the download stalled. The stall ends on that event, not after a fixed time
+    the client might miss on a busy box."""
+    def in_middle(pos: int) -> bool:
+        return len(clip) // 3 < pos < len(clip) * 3 // 4
+
+    resumed: list[float] = []
+    with watched_reads() as seen:
+        def hold() -> None:
+            until(lambda: any(in_middle(pos) for _, pos in seen))
+            resumed.append(time.monotonic())
+
+        server = serve(file_route(clip, hold=hold))
+        got = fetch(server.url, len(clip))
+    assert resumed and got.downloaded_at >= resumed[0]        # the stall was real
+    middle = [pos for t, pos in seen if t < resumed[0] and in_middle(pos)]
     assert middle, "the decoder read no frame data while the download stalled"
 
 
@@ -160,9 +188,14 @@ def test_without_range_support_it_waits_for_the_whole_file_and_asks_once(serve, 
 def test_a_tail_that_disagrees_with_the_file_is_an_error_not_a_mixed_video(serve, clip):
     bad = bytearray(clip)
     bad[-40] ^= 0xFF                                          # inside the index
-    server = serve(file_route(clip, tail_data=bytes(bad), pause_s=0.3))
-    with pytest.raises(LauncherError) as info:
-        fetch(server.url, len(clip))
+    split = len(clip) * 3 // 4                                # where the whole answer stalls
+    with watched_reads() as seen:
+        # the last quarter waits until the decoder has read the tail (so it is in and must be
+        # compared): a fixed pause would race the tail's connection on a busy box
+        server = serve(file_route(clip, tail_data=bytes(bad), hold=lambda: until(
+            lambda: any(pos > split for _, pos in seen))))
+        with pytest.raises(LauncherError) as info:
+            fetch(server.url, len(clip))
     assert "changed while it was being downloaded" in info.value.what and info.value.setting == "server"
 
 
@@ -175,13 +208,11 @@ def test_a_body_cut_short_is_the_download_error_even_while_decoding(serve, clip)
 
 
 def test_cancel_during_a_stalled_download_ends_the_decode_within_a_second(serve, clip):
-    server = serve(file_route(clip, pause_s=30.0))
-    flag = threading.Event()
-    threading.Timer(0.5, flag.set).start()
-    t0 = time.monotonic()
+    cancel = CancelOnceBlocked(file_route(clip, hold=lambda: time.sleep(30.0)), after_s=0.5)
+    server = serve(cancel.serve)
     with pytest.raises(Cancelled):
-        fetch(server.url, len(clip), should_cancel=flag.is_set)
-    assert time.monotonic() - t0 - 0.5 < CANCEL_LATENCY_S
+        fetch(server.url, len(clip), should_cancel=cancel)
+    assert cancel.at is not None and time.monotonic() - cancel.at < CANCEL_LATENCY_S
 
 
 def test_a_clip_outside_the_request_is_refused_before_frames_are_allocated(serve):
@@ -216,8 +247,8 @@ def test_a_read_waits_for_its_bytes_and_returns_them_once_they_arrive():
     buf = BodyBuffer()
     sink = whole_sink(buf, 8)
     reader = buf.reader()
+    t0 = time.monotonic()                                     # before the timer: it fills >= 0.3 s later
     threading.Timer(0.3, lambda: sink.fill(0, b"abcd")).start()
-    t0 = time.monotonic()
     assert reader.read(4) == b"abcd" and time.monotonic() - t0 >= 0.25
     sink.fill(4, b"efgh")
     sink.done(8)
@@ -343,6 +374,6 @@ def _status_sequence(statuses: list[str]) -> hs.Route:
     (None, None, 81, None),                # the server picks the size
 ])
 def test_the_output_is_prepared_only_for_a_shape_the_request_fixes(width, height, frames, expected):
-    from vllm_omni_launcher.client.api import _expected_shape
+    from vllm_omni_launcher.client.bounds import expected_shape
 
-    assert _expected_shape(VideoRequest("x", width=width, height=height, num_frames=frames), 1) == expected
+    assert expected_shape(VideoRequest("x", width=width, height=height, num_frames=frames).bounds()) == expected
