@@ -5,7 +5,8 @@ probe script), and the suite has to finish in 15 minutes on 2 cores, so a new te
 adds as few of them as it can.  Fixtures for any contract test (new test files too):
 
 * ``stub_pool``: one :class:`stubserver.StubPool` of the stubs named in ``shared_stubs.py``
-  (``T2V_KEYED``: keyed, 0.05 s steps, one job at a time; ``I2V_SPLIT``: stdout and stderr
+  (``T2V_KEYED``: keyed, 0.05 s steps, one job at a time, 2 GPUs with Ulysses 2: the argv the
+  launcher's ``argv --json`` prints, run as is; ``I2V_SPLIT``: stdout and stderr
   apart; ``TI2V_OFFLOAD``: module offload, would OOM at load without it), each started when
   a test first asks for it: ``with stub_pool.lease(shared_stubs.TI2V_OFFLOAD) as (stub,):``.
   Use it whenever a test only sends requests and leaves the server as it found it (its jobs
@@ -19,7 +20,8 @@ adds as few of them as it can.  Fixtures for any contract test (new test files t
   resolution in one long-lived process): ``upstream_resolver.resolve(cases)``, a case per
   command line.  A check that needs other upstream calls than a resolve runs there too, as
   a ``{"call": "module:function", "input": ...}`` case (``upstream_resolve.py``; e.g.
-  ``replica_probe.probe``), instead of a script run in a server-python subprocess.
+  ``replica_probe.probe``, ``lora_loader_check.check``: it puts back what it sets up),
+  instead of a script run in a server-python subprocess.
 * ``server_env_python`` (tests/conftest.py): the server python; skips, saying so, when the
   server environment is not configured (for tests outside tests/contract).
 

@@ -81,7 +81,7 @@ class StubServer:
     """Handle on one running stub process (see :func:`run_stub`)."""
 
     def __init__(self, proc: subprocess.Popen, host: str, port: int, log_path: str, argv: list[str],
-                 stdout_path: str | None = None) -> None:
+                 stdout_path: str | None = None, env: Mapping[str, str | None] | None = None) -> None:
         self.proc = proc
         self.host = host
         self.port = port
@@ -89,6 +89,7 @@ class StubServer:
         self.log_path = log_path          # stderr (and stdout too unless separate_stderr)
         self.stdout_path = stdout_path    # only with run_stub(separate_stderr=True)
         self.argv = argv
+        self.env = dict(env or {})        # what run_stub's ``env`` added to / removed from os.environ
 
     # -- output ------------------------------------------------------------------------
     @staticmethod
@@ -259,7 +260,7 @@ def run_stub(
     os.close(fd)
     if out_fd is not None:
         os.close(out_fd)
-    server = StubServer(proc, host, port, log_path, argv, stdout_path=stdout_path)
+    server = StubServer(proc, host, port, log_path, argv, stdout_path=stdout_path, env=env)
     try:
         yield server
     finally:
@@ -279,6 +280,14 @@ class StubConfig:
     flags: tuple[str, ...] = ()
     separate_stderr: bool = False
 
+    @classmethod
+    def from_argv(cls, argv: list[str], env: Mapping[str, str]) -> "StubConfig":
+        """The stub started with exactly ``argv`` (``vllm serve MODEL ...``, as the launcher's
+        ``argv --json`` prints it; the stub script stands in for ``vllm``) under ``env``."""
+        if argv[1:2] != ["serve"] or len(argv) < 3:
+            raise ValueError(f"not a `vllm serve MODEL ...` command line: {argv}")
+        return cls(argv[2], env=dict(env), flags=tuple(argv[3:]))
+
 
 class StubPool:
     """Named stub servers shared by many tests: each starts on first use and stays up.
@@ -297,7 +306,8 @@ class StubPool:
     is only held to spawn, stop and resume, so stubs leased together start together.
     """
 
-    def __init__(self, configs: Mapping[str, StubConfig], health_timeout: float = 900.0) -> None:
+    def __init__(self, configs: Mapping[str, StubConfig | Callable[[], StubConfig]],
+                 health_timeout: float = 900.0) -> None:
         self.configs = dict(configs)
         self.health_timeout = health_timeout
         self._lock = threading.Lock()
@@ -312,6 +322,7 @@ class StubPool:
             for name in names:
                 if name not in self._running:
                     cfg = self.configs[name]
+                    cfg = cfg() if callable(cfg) else cfg    # a factory: made when the stub starts
                     stack = contextlib.ExitStack()
                     server = stack.enter_context(run_stub(cfg.model, flags=cfg.flags, env=cfg.env,
                                                           separate_stderr=cfg.separate_stderr))

@@ -3,7 +3,8 @@
 * Every LoRA combination the CLI and the nodes can produce: the argv is accepted by the real
   parser and resolves to the distill backend with the files in transformer order.
 * The real Wan LoRA loader (the one `--lora-backend distill` runs) applies every key of a
-  ComfyUI-format LoRA made for the tiny Wan2.2 transformers (lora_loader_check.py).
+  ComfyUI-format LoRA made for the tiny Wan2.2 transformers (lora_loader_check.py, run in the
+  session's resolver process).
 * The stub server (real HTTP layer and form parser, fake engine): a per-request `lora` and the
   Euler sampler pass the real form parser (a malformed lora gets upstream's own 400); the nodes
   keep one server while a per-request LoRA changes, and restart it (saying so) when a fused
@@ -14,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import struct
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -84,11 +84,13 @@ def test_every_lora_combination_is_accepted_and_resolved_by_the_real_parser(upst
 
 @pytest.mark.parametrize("model,experts", [("tiny-wan22-ti2v", ["transformer"]),
                                           ("tiny-wan22-t2v-a14b", ["transformer", "transformer_2"])])
-def test_real_wan_loader_applies_every_key_of_a_comfyui_lora(model, experts, tmp_path):
-    out = subprocess.run([server_python(), str(HERE / "lora_loader_check.py"), str(TINY / model), str(tmp_path)],
-                         capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr[-3000:]
-    report = json.loads(out.stdout.strip().splitlines()[-1])["experts"]
+def test_real_wan_loader_applies_every_key_of_a_comfyui_lora(model, experts, upstream_resolver, tmp_path):
+    # lora_loader_check.check, in the session's resolver process (it puts back what it sets up)
+    [answer] = upstream_resolver.resolve([{"call": "lora_loader_check:check",
+                                          "input": {"model_dir": str(TINY / model), "out_dir": str(tmp_path)}}],
+                                         timeout=900)
+    assert "call_error" not in answer, answer.get("call_error")
+    report = answer["experts"]
     assert sorted(report) == experts
     for expert, result in report.items():
         # 2 blocks x 10 linears x (down, up, alpha) in the file; after conversion every key is applied
