@@ -262,8 +262,7 @@ def job_client(handle: ServerHandle, reporter: progress.NodeReporter,
                cfg: bool = True, jobs: int = 1) -> tuple[VideoClient, Any]:
     """A client for the handle's server (a local one that no longer runs is started again, with
     its launch on this node; `cfg`: whether the jobs run CFG, `jobs`: how many go at once, see
-    `_running_local`) and that
-    server's supervisor (None: remote). The key comes from the registry or the local config,
+    `_running_local`) and that server's supervisor (None: remote). The key comes from the registry or the local config,
     never from the handle."""
     config = load_local_config()
     sup = _running_local(handle, config, reporter, cfg, jobs) if handle.kind == "local" else None

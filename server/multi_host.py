@@ -16,8 +16,8 @@ A Supervisor runs one of three roles (docs/replicas.md, section 7):
   --stage-id 0 --omni-master-address ADDR --omni-master-port PORT [--omni-dp-size-local N
   --stage-overrides '{"0":{"devices":...}}'] [--omni-replica-address A]`. No HTTP port and no
   API key: it is ready once each of its replicas printed upstream's "StageDiffusionProc
-  registered with OmniCoordinator" (failure_patterns.REPLICA_REGISTERED, read from its log
-  incrementally: `RegistrationLog`), and it is restarted when its process dies (the supervisor's
+  registered with OmniCoordinator" (failure_patterns.REPLICA_REGISTERED, counted from the
+  lines its log follower delivers: `Registrations`), and it is restarted when its process dies (the supervisor's
   crash path) or the head is gone (wedge_watch.HeadLossPolicy), so that it registers again. Having
   no port, every text about it (starting, ready, restarted, the CLI's line) names its GPUs and its
   head instead (`starting_text`, `ready_at`, `ready_text`), and its run has no URL.
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import os
 import socket
 import time
 from typing import TYPE_CHECKING, Callable, Optional
@@ -43,7 +42,6 @@ from .failure_patterns import REPLICA_REGISTERED
 from .failures import ServerFailure
 from .launch_prep import Launch
 from .local_config import LocalConfig
-from .log_follower import Splitter
 from .server_run import ServerRun
 from .spec import LaunchSpec
 from .wedge_watch import REACHABLE, REFUSED, UNREACHABLE, HeadLossPolicy, StallPolicy
@@ -56,7 +54,6 @@ STALL_POLL_S = 5.0                      # how often the head's job list is read
 HEAD_PROBE_S = 1.0                      # how often a joined replica probes the head's registration port
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-READ_CHUNK = 1 << 20                    # bytes of a log read at a time while looking for registrations
 
 Watch = Callable[[], Optional[ServerFailure]]
 
@@ -239,9 +236,10 @@ class JoinRole(ServerRole):
 
     def spawn(self, launch: Launch, generation: int, data_dir: str, on_segment: Callable[[str, bool], None],
               cancel: Callable[[], bool]) -> ServerRun:
-        run = HeadlessRun.spawn(launch, generation, data_dir, on_segment, cancel)
+        registrations = Registrations(on_segment)
+        run = HeadlessRun.spawn(launch, generation, data_dir, registrations.segment, cancel)
         assert isinstance(run, HeadlessRun)
-        run.expected, run.head = launch.spec.replicas, (self.host, self.port)
+        run.expected, run.head, run.registrations = launch.spec.replicas, (self.host, self.port), registrations
         return run
 
     @property
@@ -288,7 +286,7 @@ class HeadlessRun(ServerRun):
     head: tuple[str, int] = ("127.0.0.1", 0)
     _probed = 0.0
     _head_seen = False
-    _registrations: Optional["RegistrationLog"] = None
+    registrations: Optional["Registrations"] = None
 
     @property
     def url(self) -> str:
@@ -309,11 +307,9 @@ class HeadlessRun(ServerRun):
         return False
 
     def registered(self) -> int:
-        """Replicas of this run that registered with the head (from its log, read on from the last look:
-        answers() runs on every readiness poll, and a slow start's log is megabytes)."""
-        if self._registrations is None or self._registrations.path != self.log_path:
-            self._registrations = RegistrationLog(self.log_path)
-        return self._registrations.count()
+        """Replicas of this run that registered with the head (its log follower's lines: answers() runs
+        on every readiness poll and must not read the log again)."""
+        return self.registrations.count() if self.registrations is not None else 0
 
     def healthy(self, timeout: float) -> bool:
         return True     # no /health: the process watch and the head watch (JoinRole.watch) cover it
@@ -328,31 +324,22 @@ class HeadlessRun(ServerRun):
         self.stop(graceful=False, timeout=5.0)
 
 
-class RegistrationLog:
-    """The replica ids a log file's registration lines name, read incrementally: each look reads only
-    what was written since the last one, and a line cut off at the end of a read counts once its end
-    is there (the same UTF-8 / line splitting the log follower uses). A log the follower copy-truncated
-    (rotation) is read again from its start; ids already seen stay counted."""
+class Registrations:
+    """The replica ids the registration lines of a run's log name, counted from the segments its log
+    follower already delivers (one pass over the log: the follower reads each byte once and hands on
+    complete lines; a redrawn progress bar, the only partial segment, never holds this line)."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._offset = 0
-        self._lines = Splitter()
+    def __init__(self, on_segment: Callable[[str, bool], None]) -> None:
+        self._on_segment = on_segment
         self._ids: set[str] = set()
 
+    def segment(self, text: str, ends_line: bool) -> None:
+        """The follower's callback: note registrations, then pass the segment on."""
+        if ends_line:
+            self._ids.update(m.group(1) for m in REPLICA_REGISTERED.finditer(text))
+        self._on_segment(text, ends_line)
+
     def count(self) -> int:
-        """The distinct replica ids registered so far."""
-        try:
-            with open(self.path, "rb") as fh:
-                if os.fstat(fh.fileno()).st_size < self._offset:
-                    self._offset, self._lines = 0, Splitter()
-                fh.seek(self._offset)
-                while chunk := fh.read(READ_CHUNK):
-                    self._offset += len(chunk)
-                    for text, _ in self._lines.feed(chunk):
-                        self._ids.update(m.group(1) for m in REPLICA_REGISTERED.finditer(text))
-        except OSError:
-            pass
         return len(self._ids)
 
 

@@ -14,7 +14,8 @@ from vllm_omni_launcher.cli import main
 from vllm_omni_launcher.errors import LauncherError
 from vllm_omni_launcher.server.launch_prep import Launch
 from vllm_omni_launcher.server.local_config import LocalConfig, load_local_config
-from vllm_omni_launcher.server.multi_host import (HeadlessRun, HeadRole, JoinRole, LB_POLICY, ServerRole,
+from vllm_omni_launcher.server.log_follower import LogFollower
+from vllm_omni_launcher.server.multi_host import (HeadlessRun, HeadRole, JoinRole, LB_POLICY, Registrations, ServerRole,
                                                    parse_head_address, probe_tcp)
 from vllm_omni_launcher.server.spec import LaunchSpec, ParallelConfig
 from vllm_omni_launcher.server.wedge_watch import REACHABLE, REFUSED, UNREACHABLE, HeadLossPolicy, StallPolicy
@@ -145,12 +146,15 @@ def test_a_role_flag_is_not_an_extra_flag():
 def test_a_headless_run_is_ready_once_each_replica_registered(tmp_path):
     log = tmp_path / "server.log"
     run = HeadlessRun.__new__(HeadlessRun)
-    run.log_path, run.expected = str(log), 2
+    run.log_path, run.expected, run.registrations = str(log), 2, Registrations(lambda text, ends: None)
+    follower = LogFollower(str(log), run.registrations.segment)       # what ServerRun.spawn starts
     line = "(APIServer pid=7) INFO 12:00:00 StageDiffusionProc registered with OmniCoordinator " \
            "(stage_id=0 replica_id={} coord=tcp://127.0.0.1:5555)\n"
     log.write_text("[Headless] Diffusion replica id=1 for stage 0 is up\n" + line.format(1) + line.format(1))
+    follower.poll_once()
     assert run.registered() == 1 and not run.answers()
     log.write_text(log.read_text() + line.format(2))
+    follower.poll_once()
     assert run.registered() == 2 and run.answers()
 
 

@@ -1,6 +1,6 @@
 """Issue 17 leftovers (session 6): a joined replica (`serve --join`) has no HTTP port, so what the
 launcher says about it names its GPUs and its head, never a port or URL; and its readiness check
-reads the log from where the last look stopped.
+counts the registration lines its log follower already read.
 
 The supervisor runs for real here; the "headless runtime" is a fake of the GPU engine (a process that
 prints upstream's registration line, then waits), and the head's registration port is our own
@@ -20,9 +20,9 @@ from typing import Iterator
 import pytest
 
 from test_join_roles import TI2V
-from vllm_omni_launcher.server import multi_host
 from vllm_omni_launcher.server.local_config import LocalConfig
-from vllm_omni_launcher.server.multi_host import HeadlessRun, JoinRole, RegistrationLog
+from vllm_omni_launcher.server.log_follower import LogFollower
+from vllm_omni_launcher.server.multi_host import HeadlessRun, JoinRole, Registrations
 from vllm_omni_launcher.server.restart_policy import RestartPolicy
 from vllm_omni_launcher.server.spec import LaunchSpec
 from vllm_omni_launcher.server.status import Status
@@ -130,83 +130,33 @@ def test_a_crash_report_of_a_joined_replica_names_no_port(tmp_path: Path) -> Non
     assert plain._context(plain.spec, 1, ever_ready=True).port == 41234   # noqa: SLF001
 
 
-# ---- readiness reads the log incrementally --------------------------------------------------------------
-class CountingReads:
-    """Counts the bytes multi_host reads from the files it opens (the registration reader's reads)."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.bytes = 0
-        counter = self
-
-        class Counted:
-            def __init__(self, fh) -> None:
-                self.fh = fh
-
-            def read(self, *args):
-                data = self.fh.read(*args)
-                counter.bytes += len(data)
-                return data
-
-            def __getattr__(self, name):
-                return getattr(self.fh, name)
-
-            def __enter__(self):
-                return self
-
-            def __exit__(self, *exc) -> None:
-                self.fh.close()
-
-        monkeypatch.setattr(multi_host, "open", lambda *a, **k: Counted(open(*a, **k)), raising=False)
-
-
-def test_each_readiness_look_reads_only_what_was_written_since_the_last(tmp_path: Path, monkeypatch) -> None:
-    log = tmp_path / "server.log"
-    log.write_bytes(b"x" * 2_000_000 + b"\n")                  # a slow start's megabytes of log
-    reader = RegistrationLog(str(log))
-    reads = CountingReads(monkeypatch)
-    assert reader.count() == 0 and reads.bytes == 2_000_001
-    for _ in range(5):                                          # polled while nothing new arrives
-        assert reader.count() == 0
-    assert reads.bytes == 2_000_001
-    with open(log, "a") as fh:
-        fh.write("loading\n" + LINE.format(0))
-    assert reader.count() == 1 and reads.bytes == 2_000_001 + len("loading\n" + LINE.format(0))
-
-
-def test_a_registration_line_cut_at_the_end_of_a_read_counts_once_complete(tmp_path: Path) -> None:
+# ---- readiness counts the registrations the log follower already read -----------------------------------
+def test_registrations_come_from_the_follower_lines_and_pass_them_on(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     line = LINE.format(12).encode()
     cut = line.index(b"replica_id=1") + len(b"replica_id=1")   # "replica_id=1" of "replica_id=12"
-    log.write_bytes(line[:cut])
-    reader = RegistrationLog(str(log))
-    assert reader.count() == 0                                  # not replica 1: the line is not complete
+    log.write_bytes(b"loading\n" + line[:cut])
+    passed: list[tuple[str, bool]] = []
+    registrations = Registrations(lambda text, ends: passed.append((text, ends)))
+    follower = LogFollower(str(log), registrations.segment)
+    follower.poll_once()
+    assert registrations.count() == 0                           # not replica 1: the line is not complete
     with open(log, "ab") as fh:
-        fh.write(line[cut:] + LINE.format(12).encode())          # the rest, and the same replica again
-    assert reader.count() == 1 and reader._ids == {"12"}        # noqa: SLF001
+        fh.write(line[cut:] + line)                              # the rest, and the same replica again
+    follower.poll_once()
+    assert registrations.count() == 1
     with open(log, "ab") as fh:
-        fh.write(LINE.format(3).encode()[:20])
-    assert reader.count() == 1
-    with open(log, "ab") as fh:
-        fh.write(LINE.format(3).encode()[20:])
-    assert reader.count() == 2
+        fh.write(LINE.format(3).encode())
+    follower.poll_once()
+    assert registrations.count() == 2
+    assert [text for text, ends in passed if ends][0] == "loading"      # every line still reaches the supervisor
+    assert sum("registered with OmniCoordinator" in text for text, _ in passed) == 3
 
 
-def test_a_rotated_log_is_read_again_from_its_start_keeping_what_was_seen(tmp_path: Path) -> None:
-    log = tmp_path / "server.log"
-    log.write_text("x" * 1000 + "\n" + LINE.format(1))
-    reader = RegistrationLog(str(log))
-    assert reader.count() == 1
-    os.truncate(log, 0)                                          # the log follower's copy-truncate
-    log.write_text(LINE.format(2))
-    assert reader.count() == 2
-
-
-def test_the_headless_run_keeps_one_reader_per_log(tmp_path: Path) -> None:
-    log = tmp_path / "server.log"
-    log.write_text(LINE.format(1))
+def test_a_readiness_look_reads_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    registrations = Registrations(lambda text, ends: None)
     run = HeadlessRun.__new__(HeadlessRun)
-    run.log_path, run.expected = str(log), 2
-    assert run.registered() == 1
-    first = run._registrations                                  # noqa: SLF001
-    log.write_text(log.read_text() + LINE.format(2))
-    assert run.registered() == 2 and run._registrations is first and run.answers()   # noqa: SLF001
+    run.log_path, run.expected, run.registrations = str(tmp_path / "server.log"), 1, registrations
+    registrations.segment(LINE.format(0).rstrip("\n"), True)
+    monkeypatch.setattr("builtins.open", lambda *a, **k: pytest.fail("a readiness look opened a file"))
+    assert run.registered() == 1 and run.answers()
