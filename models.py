@@ -7,7 +7,11 @@ tell the user the nearest valid value before a GPU minute is spent.
 """
 from __future__ import annotations
 
+import difflib
+
 import json
+import math
+import numbers
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,12 +82,15 @@ def family_for(model: str) -> WanFamily:
         return family_of_folder(path)
     family = _BY_HF_ID.get(model.strip().lower())
     if family is None:
+        ids = [f.hf_id for f in FAMILIES.values()]
+        near = difflib.get_close_matches(model.strip().lower(), list(_BY_HF_ID), n=1, cutoff=0.6)
+        as_path = model.startswith(("/", "./", "../", "~")) or "\\" in model or model.count("/") > 1
+        why = (f"there is no folder at {path}" if as_path else
+               "the launcher supports the three Wan2.2 Diffusers repos or a local folder holding one of them")
         raise LauncherError(
-            f"Unknown model '{model}'",
-            "the launcher supports the Wan2.2 Diffusers repos (T2V-A14B, I2V-A14B, TI2V-5B) "
-            "or a local folder holding one of them",
-            "pick a model preset, or point the model at a local Wan2.2 *-Diffusers folder "
-            "(it must contain model_index.json)",
+            f"Unknown model '{model}'", why,
+            (f"did you mean {_BY_HF_ID[near[0]].hf_id}? " if near else "") + "use one of " + ", ".join(ids)
+            + ", or the path of a local Wan2.2 *-Diffusers folder (it must contain model_index.json)",
             setting="model",
         )
     return family
@@ -169,14 +176,16 @@ class LocalModel:
     family: WanFamily
 
 
-def find_local_models(roots: Iterable[Path]) -> dict[str, LocalModel]:
+def find_local_models(roots: Iterable[Path], skipped: Optional[dict[str, str]] = None) -> dict[str, LocalModel]:
     """Every Wan2.2 Diffusers folder under `roots`, at any depth, keyed by its label.
 
     Walks like ComfyUI's own Diffusers loader (recursively, following links, labelled by
     relative path), so `models/diffusers/Wan-AI/Wan2.2-TI2V-5B-Diffusers`, the layout
     `huggingface-cli download --local-dir` makes, is found. A folder with model_index.json
-    is a model and is not searched further; other pipelines (SDXL, ...) are skipped. The
-    first root wins when two hold the same relative path.
+    is a model and is not searched further; other pipelines (SDXL, ...) are skipped, and so
+    are folders whose model_index.json cannot be read: `skipped`, when given, gets each
+    such folder with why (the doctor lists them). The first root wins when two hold the
+    same relative path.
     """
     found: dict[str, LocalModel] = {}
     for root in roots:
@@ -194,7 +203,9 @@ def find_local_models(roots: Iterable[Path]) -> dict[str, LocalModel]:
             folder = Path(dirpath)
             try:
                 family = family_of_folder(folder)
-            except LauncherError:
+            except LauncherError as exc:
+                if skipped is not None:
+                    skipped[str(folder)] = exc.what
                 continue
             relative = folder.relative_to(root).as_posix()
             label = LOCAL_PREFIX + (relative if relative != "." else folder.name)
@@ -203,6 +214,24 @@ def find_local_models(roots: Iterable[Path]) -> dict[str, LocalModel]:
 
 
 # ----------------------------------------------------------------------------- requests
+def _check_number(name: str, value: object, whole: bool) -> None:
+    """A request value must be None or a finite number (a whole one for `whole`): NaN, inf, text
+    and lists would reach the server as "nan" or fail deep inside the launcher."""
+    if value is None:
+        return
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return
+    if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) \
+            and (not whole or float(value).is_integer()):
+        return
+    shown = f"the number {value}" if isinstance(value, float) else f"a value of type {type(value).__name__}"
+    number = "a whole number" if whole else "a finite number"
+    marker = "" if name == "seed" else (" (0 for the model's recommended value)" if whole or name == "fps" else
+                                        " (-1 for the model's recommended value)")
+    raise LauncherError(f"{name} is not valid: it is {shown}", f"{name} takes {number}",
+                        f"set {name} to {number}{marker}", setting=name)
+
+
 def request_for(family: WanFamily, *, prompt: str, negative_prompt: Optional[str] = None,
                 width: Optional[int] = None, height: Optional[int] = None, frames: Optional[int] = None,
                 fps: Optional[float] = None, steps: Optional[int] = None, guidance: Optional[float] = None,
@@ -219,9 +248,18 @@ def request_for(family: WanFamily, *, prompt: str, negative_prompt: Optional[str
     """
     from .client.request import VideoRequest   # lazy: the server side imports models without the client
 
+    for name, text in (("prompt", prompt), ("negative_prompt", negative_prompt)):
+        if text is not None and not isinstance(text, str):
+            raise LauncherError(f"The {name} is not text", f"it is a value of type {type(text).__name__}",
+                                f"write the {name} as text", setting=name)
     if not (prompt or "").strip():
         raise LauncherError("The prompt is empty", "vLLM-Omni requires a prompt for Wan2.2",
                             "write a prompt", setting="prompt")
+    for name, value, whole in (("width", width, True), ("height", height, True), ("frames", frames, True),
+                               ("fps", fps, False), ("steps", steps, True), ("guidance", guidance, False),
+                               ("guidance_2", guidance_2, False), ("boundary_ratio", boundary_ratio, False),
+                               ("flow_shift", flow_shift, False), ("seed", seed, True)):
+        _check_number(name, value, whole)
 
     def positive(value: Optional[float], default: float) -> float:
         return default if value is None or value <= 0 else value

@@ -149,8 +149,10 @@ class JoinBench:
         env = {**extra_env, "CUDA_VISIBLE_DEVICES": "0"}
 
         def config(where: str, **changes: Any) -> LocalConfig:
+            # head and joined replica share GPU 0 on purpose (two machines on one box): each its own GPU lock folder
             return LocalConfig(server_command=tuple(server_cmd), data_dir=os.path.join(data_dir, where),
-                               extra_env=env, startup_timeout_s=1200, **changes)
+                               gpu_lock_dir=os.path.join(data_dir, where, "gpu-locks"), extra_env=env,
+                               startup_timeout_s=1200, **changes)
         head_cfg, join_cfg = config("head", head_stall_timeout_s=args.stall_s), config("join")
         self.head = Runtime("head", Supervisor(spec, head_cfg, role=HeadRole.from_config(self.port, head_cfg)),
                             self.t0)

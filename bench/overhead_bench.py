@@ -12,6 +12,9 @@ Levers measured in the same run (not assumed):
   supervisor's log shows the last denoise step; against a --url server: once the job has run
   90% of what the previous job of that shape took, the remote rule of nodes/progress.py);
   `due@0.02` is the due rule with another fast-poll interval (here 0.02 s, session 4's);
+  `plain` is what the CLI with --url and a plain VideoClient.generate() get: no hint, the fast-poll
+  window from what the earlier jobs of that shape took (client/poll_window.py); `fixed` forgets
+  those times before each job;
 - decode levers on each job's own MP4 bytes: decode_mp4 as shipped, with the per-frame scaler
   of before (PyAV's to_ndarray: a new SwsContext with a thread per core for every frame), its
   serial conversion (workers=0), PyAV decode alone, decode + rgb24, the float32 write alone,
@@ -148,7 +151,7 @@ def remote(url: str, api_key_env: Optional[str]) -> Target:
 # ----------------------------------------------------------------------------- one job
 def run_job(target: Target, shape: tuple[int, int, int], steps: int, fps: float, seed: int, mode: str,
             estimates: dict[tuple[int, int, int], float], keep_job: bool = False) -> tuple[dict[str, Any], bytes, Any]:
-    from vllm_omni_launcher.client import api as client_api
+    from vllm_omni_launcher.client import poll_window as client_api     # the fast-poll window's module
     from vllm_omni_launcher.client.api import VideoClient, VideoRequest
     from vllm_omni_launcher.nodes import progress as node_progress
 
@@ -168,6 +171,8 @@ def run_job(target: Target, shape: tuple[int, int, int], steps: int, fps: float,
     def on_update(update: Any) -> None:
         running["s"] = update.running_s
 
+    if rule == "fixed":
+        client_api.LEARNED.clear()     # really a poll every 0.25 s: no window from earlier jobs' times
     with VideoClient(target.url, api_key=target.api_key, served_name=target.served,
                      server_version=target.version) as client, \
             patched(client_api, "FAST_POLL_S", float(fast) if fast else client_api.FAST_POLL_S):

@@ -17,6 +17,7 @@ import traceback
 from typing import NoReturn, Optional, Sequence
 
 from ..errors import LauncherError
+from . import usage_hints
 from .exit_codes import ExitCode, epilog
 from .report import report_error
 from .version import package_version
@@ -25,26 +26,38 @@ PROG = "python -m vllm_omni_launcher"
 DESCRIPTION = ("Launch, supervise and use a vLLM-Omni server for Wan2.2 video.\n"
                "Results go to stdout; progress, warnings and errors to stderr\n"
                "(under --json, errors are JSON on stdout too).")
-COMMANDS = {
-    "argv": ("argv_cmd", "print the vllm serve argv and environment for a launch spec (starts nothing)"),
-    "serve": ("serve_cmd", "run and supervise a vLLM-Omni server in the foreground until Ctrl-C"),
-    "generate": ("generate_cmd", "generate a video through a running or supervised server"),
-    "plan": ("plan_cmd", "estimate GPU memory for a launch spec and request shape, and recommend a config"),
-    "doctor": ("doctor_cmd", "check GPUs, the server environment, the model folder and ports"),
+COMMANDS = {        # in the order a new user needs them (--help lists them so)
     "setup": ("setup_cmd", "create, repair or upgrade the server environment (pinned vllm + vllm-omni), then check it"),
+    "doctor": ("doctor_cmd", "check GPUs, the server environment, the model folder and ports"),
+    "generate": ("generate_cmd", "generate a video through a running or supervised server"),
+    "serve": ("serve_cmd", "run and supervise a vLLM-Omni server in the foreground until Ctrl-C"),
+    "plan": ("plan_cmd", "estimate GPU memory for a launch spec and request shape, and recommend a config"),
+    "argv": ("argv_cmd", "print the vllm serve argv and environment for a launch spec (starts nothing)"),
 }
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error as JSON when the command line asked for --json."""
+    """argparse whose usage errors put the one useful line first: the error, a did-you-mean for a
+    mistyped option or command, how to write `--extra-flag --x=1`, then one usage line pointing
+    at --help (not argparse's ~35 lines of usage above it); as JSON when the command line asked
+    for --json."""
 
     json_errors = False
+    tokens: Sequence[str] = ()          # what this parser was given (for the hints)
 
     def error(self, message: str) -> NoReturn:
-        if not self.json_errors:
-            super().error(message)          # usage + message on stderr, exit 2
-        report_error(LauncherError(
-            message, "the command line is not valid", f"see `{self.prog} --help`", kind="usage"), True)
+        unknown = usage_hints.unknown_options(self, self.tokens)
+        if unknown and message.startswith(("the following arguments are required", "unrecognized arguments")):
+            message = f"unrecognized arguments: {' '.join(unknown)}"     # the typo, not what it left missing
+        hints = usage_hints.hints(self, message, self.tokens, unknown)
+        if self.json_errors:
+            report_error(LauncherError(message, "the command line is not valid",
+                                       "; ".join([*hints, f"see `{self.prog} --help`"]), kind="usage"), True)
+        else:
+            lines = [f"error: {message}", *(f"  {h}" for h in hints),
+                     f"usage: {self.prog}{' COMMAND' if self.prog == PROG else ''} [options] "
+                     f"(`{self.prog} --help` lists them)"]
+            print("\n".join(lines), file=sys.stderr, flush=True)
         raise SystemExit(ExitCode.USAGE)
 
 
@@ -76,6 +89,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args, rest = top.parse_known_args(tokens)
         parser = build_parser(args.command)
         parser.json_errors = json_mode
+        parser.tokens = rest
         cmd_args = parser.parse_args(rest)
     except SystemExit as exc:           # --help, --version, usage errors
         return int(exc.code or 0)

@@ -26,8 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     config = load_local_config()
     # Resolved as a launch would be (the planner for --parallel auto), but the flags are checked
-    # against the pinned line: argv starts nothing, so it does not probe the server environment.
-    plan = launch_from_args(args, config, server_version=DEFAULT_VERSION)
+    # against the pinned line: argv starts nothing, so it does not probe the server environment
+    # and prints the command on a machine without GPUs too (for the GPU machine).
+    plan = launch_from_args(args, config, server_version=DEFAULT_VERSION, starts=False)
     spec = plan.spec
     if plan.text:
         print(plan.text, file=sys.stderr)

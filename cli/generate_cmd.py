@@ -21,7 +21,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ..client.api import VideoClient
 from ..client.images import image_to_png
@@ -29,11 +29,12 @@ from ..client.request import DEFAULT_SAMPLER, SAMPLERS
 from ..client.transport import Deadlines
 from ..errors import LauncherError
 from ..models import FAMILIES, family_for, request_for
-from ..planner.launch_plan import RequestLimit
+from ..planner.launch_plan import NO_GPU, RequestLimit
 from ..planner.speed_costs import cfg_runs
 from ..server.local_config import load_local_config
 from ..server.loras import request_lora_from_cli
 from .launch_options import add_launch_options, launch_from_args
+from .request_options import check_request_options
 
 OUT_PATTERN = "vllm-omni-{time}-{seed}.mp4"     # the default --out, in the current directory
 
@@ -91,13 +92,35 @@ def _load_image(path: Optional[str]) -> Optional[bytes]:
     if not path:
         return None
     import numpy as np
-    from PIL import Image
+    from PIL import Image, UnidentifiedImageError
 
-    with Image.open(path) as img:
-        return image_to_png(np.asarray(img.convert("RGB")))
+    try:
+        with Image.open(path) as img:
+            return image_to_png(np.asarray(img.convert("RGB")))
+    except FileNotFoundError as exc:
+        raise LauncherError(f"--image {path}: no such file", "the start image must be a PNG or JPEG file",
+                            "check the path given to --image", setting="--image") from exc
+    except (UnidentifiedImageError, OSError) as exc:
+        raise LauncherError(f"--image {path} cannot be read as an image", str(exc),
+                            "give --image a PNG or JPEG file", setting="--image") from exc
+
+
+def _check_image_option(args: argparse.Namespace, family: Any) -> None:
+    """The model's need for a start image, in the command line's words (models.check_request speaks of
+    the node's IMAGE input)."""
+    if family.image_input == "required" and not args.image:
+        raise LauncherError(f"{family.label} needs a start image", "it is an image-to-video model",
+                            "pass --image PATH (a PNG or JPEG), or use --model Wan-AI/Wan2.2-T2V-A14B-Diffusers or "
+                            "Wan-AI/Wan2.2-TI2V-5B-Diffusers for text-only video", setting="--image")
+    if family.image_input == "none" and args.image:
+        raise LauncherError(f"{family.label} ignores images", "it runs text-to-video only: the image would be "
+                            "dropped", "leave --image out, or use --model Wan-AI/Wan2.2-I2V-A14B-Diffusers or "
+                            "Wan-AI/Wan2.2-TI2V-5B-Diffusers for image-to-video", setting="--image")
 
 
 def run(args: argparse.Namespace) -> int:
+    check_request_options(args)            # the same rule as `plan`, before anything else
+    image = _load_image(args.image)        # a missing or unreadable --image too
     config = load_local_config()
     deadlines = Deadlines.from_config(config)
     drawn = args.seed is None
@@ -115,19 +138,29 @@ def run(args: argparse.Namespace) -> int:
         named = config.remote_server(args.url)
         url = (named.url if named else args.url).rstrip("/").removesuffix("/v1")
         if args.family:
-            request = _request(args, FAMILIES[args.family])
-        client = VideoClient(url, api_key=config.api_key_for(url), deadlines=deadlines)
+            request = _request(args, FAMILIES[args.family], image)
+        client = VideoClient(url, api_key=config.api_key_for(url), deadlines=deadlines,
+                             clip_memory_gib=config.max_clip_memory_gib, proxy=config.remote_proxy)
     else:
         from ..server.registry import Supervisor
 
-        if not args.model:
-            _pick_model(args, config)
-        plan = launch_from_args(args, config, cfg=_runs_cfg(args))   # checks the server environment's pair too
+        picked = "" if args.model else _pick_model(args, config)
+        _check_image_option(args, family_for(args.model))
+        # Refuses at once a machine without GPUs (before the model line, which would only say that
+        # nothing could be planned), and checks the server environment's pair too.
+        try:
+            plan = launch_from_args(args, config, cfg=_runs_cfg(args, image))
+        except LauncherError as exc:
+            if picked and exc.kind != NO_GPU:
+                _say(picked)
+            raise
+        if picked:
+            _say(picked)
         if plan.text:
             _say(f"serving: {plan.text}")
         for warning in plan.warnings:
             _say(f"warning: {warning}")
-        request = _request(args, plan.spec.family, plan.limit)      # checked before anything starts
+        request = _request(args, plan.spec.family, image, plan.limit)   # checked before anything starts
         sup = Supervisor(plan.spec, config, plan.fallback)
     if drawn:
         _say(f"seed: {args.seed} (random; --seed {args.seed} makes this video again)")
@@ -137,9 +170,10 @@ def run(args: argparse.Namespace) -> int:
             sup.start(on_status=lambda st: print(f"  {st.text}", file=sys.stderr))
             client = VideoClient(sup.url, api_key=sup.api_key, served_name=sup.spec.served_name,
                                  server_version=sup.server_version, deadlines=deadlines,
+                                 clip_memory_gib=config.max_clip_memory_gib,
                                  log_hint=f"the server log is {sup.log_path}; queue the job again")
         if request is None:
-            request = _request(args, _served_family(client, client.base_url))
+            request = _request(args, _served_family(client, client.base_url), image)
         return _generate(args, client, request, sup)
     finally:                    # also on Ctrl-C: a server this command started never outlives it
         if client is not None:
@@ -152,26 +186,28 @@ def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def _pick_model(args: argparse.Namespace, config: Any) -> None:
-    """No --model and no --url: the model auto picks for this machine, said with its reason."""
+def _pick_model(args: argparse.Namespace, config: Any) -> str:
+    """No --model and no --url: the model auto picks for this machine, and the line that says why
+    (printed once the launch is resolved: a machine that cannot serve hears that first)."""
     from ..planner.auto_model import pick_model
     from ..planner.launch_plan import gpu_memory
 
     _, sizes, source = gpu_memory()
     pick = pick_model(config, sizes, source)
     args.model = pick.model
-    _say(f"model: {pick.model} (auto: {pick.why}; --model picks another)")
+    return f"model: {pick.model} (auto: {pick.why}; --model picks another)"
 
 
-def _runs_cfg(args: argparse.Namespace) -> bool:
+def _runs_cfg(args: argparse.Namespace, image: Optional[bytes] = None) -> bool:
     """Whether the job runs CFG, from its guidance as the request will carry it (the launch is
     planned for it before the request itself can be built with the plan's size)."""
     guided = request_for(family_for(args.model), prompt=args.prompt, guidance=args.guidance,
-                         guidance_2=args.guidance_2)
+                         guidance_2=args.guidance_2, image_png=image)
     return cfg_runs(guided.guidance, guided.guidance_2)
 
 
-def _request(args: argparse.Namespace, family: Any, limit: Optional[RequestLimit] = None) -> Any:
+def _request(args: argparse.Namespace, family: Any, image: Optional[bytes],
+             limit: Optional[RequestLimit] = None) -> Any:
     """The request with the model's defaults filled in and checked (models.request_for, as the node does),
     with the serving plan's size and frames where the options leave them to the model."""
     shape: dict[str, Any] = {"width": args.width, "height": args.height, "frames": args.frames}
@@ -179,14 +215,29 @@ def _request(args: argparse.Namespace, family: Any, limit: Optional[RequestLimit
         shape, note = limit.apply(shape)
         if note:
             _say(f"note: {note}")
+    _check_image_option(args, family)
     # --boundary-ratio / --flow-shift (launch options) apply to the request too; a server-side
     # boundary ratio wins upstream anyway, and the request's flow shift beats the server's.
     request = request_for(
         family, prompt=args.prompt, negative_prompt=args.negative_prompt, fps=args.fps, steps=args.steps,
         guidance=args.guidance, guidance_2=args.guidance_2, boundary_ratio=args.boundary_ratio,
-        flow_shift=args.flow_shift, seed=args.seed, image_png=_load_image(args.image), **shape)
+        flow_shift=args.flow_shift, seed=args.seed, image_png=image, **shape)
     lora = request_lora_from_cli(args.lora_request, family) if args.lora_request else None
     return replace(request, sampler=args.sampler, lora=lora)
+
+
+def _denoised(sup: Any) -> Optional[Callable[[], bool]]:
+    """The fast-poll hint of a supervised server: its log showed the last denoise step of a run
+    newer than any before this job (None for --url: the client's own record of earlier jobs)."""
+    if sup is None:
+        return None
+    last = sup.progress()
+    floor = last.run_id if last is not None else -1
+
+    def due() -> bool:
+        now = sup.progress()
+        return now is not None and now.denoised_after(floor)
+    return due
 
 
 def _generate(args: argparse.Namespace, client: VideoClient, request: Any, sup: Any) -> int:
@@ -203,8 +254,9 @@ def _generate(args: argparse.Namespace, client: VideoClient, request: Any, sup: 
         print(f"  {update.status}{step} (queued {update.queued_s:.0f}s, running {update.running_s:.0f}s)",
               file=sys.stderr)
 
-    # Only the MP4 asked for: no frame is decoded, the header is checked against the request.
-    result = client.generate(request, on_update=on_update, decode=bool(args.frames_npy))
+    # Only the MP4 asked for: no frame is decoded, the header is checked against the request. A
+    # server this command started hints when its log shows the last denoise step, as for the node.
+    result = client.generate(request, on_update=on_update, decode=bool(args.frames_npy), due=_denoised(sup))
     Path(args.out).write_bytes(result.mp4)
     if result.video is not None:
         import numpy as np

@@ -5,7 +5,9 @@
 
 Without --gpu-memory it asks NVML for this machine's GPUs (free memory); with it, it plans for
 GPUs that are not present (sizes in GB, e.g. 24,24 or 80 or 2x141). Offload needs host RAM for
-the weights it moves off the GPU: --host-ram plans for a machine other than this one.
+the weights it moves off the GPU: --host-ram plans for a machine other than this one. The memory
+and speed figures are those of the vLLM-Omni line in the server environment (as `serve` checks
+it); where there is none it can use, the pinned line's, and the report says so.
 
 Exit code 0 when the recommendation (or, with --no-recommend, the given spec) fits, 3
 (ExitCode.DOES_NOT_FIT) when nothing does; the report says why either way.
@@ -18,12 +20,15 @@ import json
 from ..errors import LauncherError
 from ..models import check_request
 from ..planner.gpus import parse_gpu_memory
+from ..planner.launch_plan import planning_version
 from ..planner.replica_plan import recommend_for
 from ..planner.memory import RequestShape, plan
 from ..server.local_config import load_local_config
+from ..server.versions import DEFAULT_VERSION
 from .exit_codes import ExitCode
 from .launch_options import add_launch_options, spec_from_args
 from .report import error_json
+from .request_options import check_request_options
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,11 +53,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_request_options(args)            # the same rule as `generate`
     config = load_local_config()
     spec = spec_from_args(args, default_host=config.host)
     family = spec.family
-    req = RequestShape(width=args.width or family.width, height=args.height or family.height,
-                       frames=args.frames or family.frames, cfg=not args.no_cfg, batch=max(1, args.batch))
+
+    def given(value: "int | None", default: int) -> int:
+        return default if value is None else value
+    req = RequestShape(width=given(args.width, family.width), height=given(args.height, family.height),
+                       frames=given(args.frames, family.frames), cfg=not args.no_cfg, batch=max(1, args.batch))
     check_request(family, width=req.width, height=req.height, frames=req.frames,
                   has_image=family.image_input == "required")
     gpus = None
@@ -65,23 +74,28 @@ def run(args: argparse.Namespace) -> int:
         from ..planner.gpus import hypothetical_gpus
         gpus = hypothetical_gpus(sizes, name=args.gpu_name)
     host = -1.0 if args.host_ram is None else args.host_ram
+    version, unread = planning_version(config)
     warnings: list[str] = []
     try:
-        warnings = spec.validate(visible_gpus=len(gpus) if gpus else None)
+        warnings = spec.validate(visible_gpus=len(gpus) if gpus else None, version=version or DEFAULT_VERSION)
         spec_error = None
     except LauncherError as exc:
         if args.no_recommend:
             raise                   # nothing else to report: the given spec is the whole question
         spec_error = exc
+    if unread:
+        warnings.append(f"{unread.rstrip('.')}: the estimates use the figures of vLLM-Omni "
+                        f"{'.'.join(map(str, DEFAULT_VERSION))}, the line setup installs")
     breakdown = None
     if spec_error is None:
-        breakdown = plan(spec, req, gpus, host_available_gib=host)
+        breakdown = plan(spec, req, gpus, host_available_gib=host, server_version=version)
     rec = None
     rec_error = None
     if not args.no_recommend:
         p2p = {"yes": True, "no": False, "unknown": None}[args.p2p]
         try:
-            rec = recommend_for(spec, req, gpus, p2p=p2p, allow_fp8=args.allow_fp8, host_available_gib=host)
+            rec = recommend_for(spec, req, gpus, p2p=p2p, allow_fp8=args.allow_fp8, host_available_gib=host,
+                                server_version=version)
         except LauncherError as exc:
             rec_error = exc
     if args.json:

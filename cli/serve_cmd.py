@@ -4,7 +4,13 @@ Same launch options as `argv`; the supervisor restarts the server if it crashes 
 was ready, and Ctrl-C (or SIGTERM) stops its whole process group and checks nothing is
 left. The server gets a fresh API key that lives only in its environment; to let clients
 on other machines use it, `--api-key-file PATH` writes the key there (0600, removed on
-exit). `--no-api-key` serves without a key, for a trusted machine or network.
+exit). `--api-key-from PATH` serves with the key in PATH instead (a systemd credential, a
+container secret: the same key across restarts, so clients configure it once). `--no-api-key`
+serves without a key, for a trusted machine or network.
+
+As a service (cli/systemd_service.py, docs/deploy/): under systemd it tells the service manager
+when the server is ready (`READY=1` on `$NOTIFY_SOCKET`), each phase, and that it stops;
+`--print-systemd-unit` prints the unit for these options on this machine and starts nothing.
 
 Several machines (server/multi_host.py, docs/replicas.md section 7): `--accept-replicas PORT` makes
 this server vLLM-Omni's head, accepting replicas on PORT at the local config's
@@ -20,18 +26,22 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import shlex
 import signal
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 from ..errors import LauncherError
+from ..server import private_files
 from ..server.local_config import LocalConfig, load_local_config
 from ..server.multi_host import HeadRole, JoinRole, ServerRole
 from ..server.redact import strip_control
 from ..server.registry import Status, Supervisor
+from . import systemd_service
 from .exit_codes import ExitCode
 from .launch_options import add_launch_options, add_serving_option, launch_from_args
 
@@ -43,8 +53,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     keys = parser.add_mutually_exclusive_group()
     keys.add_argument("--api-key-file", default=None, metavar="PATH",
                       help="write the server's API key to PATH (mode 0600, deleted on exit) for clients")
+    keys.add_argument("--api-key-from", default=None, metavar="PATH",
+                      help="serve with the API key in PATH (one line; mode 0600 or stricter, not a symlink: a "
+                           "systemd credential such as %%d/api-key, a container secret), the same key after every "
+                           "restart")
     keys.add_argument("--no-api-key", action="store_true",
                       help="serve without an API key (only on a trusted machine or network)")
+    parser.add_argument("--print-systemd-unit", action="store_true",
+                        help="print a systemd unit that runs this serve command on this machine (this user, the "
+                             "server env, the data dir and config it uses, the key as a credential), start nothing")
     parser.add_argument("--startup-timeout", type=float, default=None, metavar="SECONDS",
                         help="give up if not ready after this long (default: scaled by model size)")
     roles = parser.add_argument_group("several machines (vLLM-Omni head and headless replicas)")
@@ -83,25 +100,125 @@ def _printer() -> Callable[[Status], None]:
         if line != last[0]:
             last[0] = line
             _say(line)
+            systemd_service.notify(f"STATUS={strip_control(f'{status.phase}: {status.text}')}")
     return show
 
 
 def _role(args: argparse.Namespace, config: LocalConfig) -> ServerRole:
     """The server's role from --accept-replicas / --join (a plain server without either)."""
     if args.join is not None:
-        if args.api_key_file or args.no_api_key:
+        if args.api_key_file or args.api_key_from or args.no_api_key:
             raise LauncherError("--join takes no API key option", "a joined replica has no HTTP port; clients "
-                                "send their key to the head", "remove --api-key-file / --no-api-key here and give "
-                                "them to the head's serve", setting="--join")
+                                "send their key to the head", "remove --api-key-file / --api-key-from / "
+                                "--no-api-key here and give them to the head's serve", setting="--join")
         return JoinRole.from_config(args.join, config)
     if args.accept_replicas is not None:
         return HeadRole.from_config(args.accept_replicas, config)
     return ServerRole()
 
 
+def _key_mode(args: argparse.Namespace, role: ServerRole) -> Union[bool, str]:
+    """The Supervisor's api_key: the key in --api-key-from, none (--no-api-key, a joined replica), or a
+    fresh one per launch."""
+    if args.api_key_from:
+        return read_key_file(args.api_key_from)
+    return not args.no_api_key and not isinstance(role, JoinRole)
+
+
+KEY_CHARS = re.compile(r"[\x21-\x7e]{16,4096}")      # printable, no spaces: it travels in an HTTP header
+
+
+def read_key_file(path: str) -> str:
+    """The API key in `path`: one line, at least 16 characters, in a regular file that is not a link
+    and that no other user can read (a systemd credential is 0400, a container secret as its host file)."""
+    where = Path(path).expanduser()
+    fix = f"write the key alone on one line into {where} and `chmod 600` it (see --help)"
+    try:
+        with private_files.open_read(where) as fh:
+            mode = os.fstat(fh.fileno()).st_mode
+            data = fh.read(8192)
+    except OSError as exc:
+        raise LauncherError(f"Cannot read the API key file {where}", f"{exc.strerror or exc} (a symbolic link "
+                            "or anything but a regular file is refused)", fix, setting="--api-key-from") from None
+    if mode & 0o077:
+        raise LauncherError(f"The API key file {where} is readable by other users",
+                            f"its mode is {mode & 0o777:o}; whoever reads it can use the GPUs",
+                            f"chmod 600 {where} (or 400)", setting="--api-key-from")
+    key = data.decode("utf-8", "replace").strip()
+    if not KEY_CHARS.fullmatch(key):
+        raise LauncherError(f"The API key file {where} does not hold one usable key",
+                            "a key is one line of at least 16 printable characters without spaces", fix,
+                            setting="--api-key-from")
+    return key
+
+
+def _unit_inputs(args: argparse.Namespace, config: LocalConfig) -> systemd_service.UnitInputs:
+    """This machine's unit for this serve command: this user, the launcher's python, the config file,
+    server env and data dir this command would use, and the key as a credential."""
+    import grp
+    import pwd
+
+    from ..server.local_config import config_file_path
+    from ..server.server_env import default_server_env
+
+    user = pwd.getpwuid(os.getuid())
+    env = {"PYTHONUNBUFFERED": "1"}
+    config_path = config_file_path()
+    if config_path is not None:
+        env["VLLM_OMNI_LAUNCHER_CONFIG"] = str(config_path.expanduser().absolute())
+    if config.server_command:
+        env["VLLM_OMNI_LAUNCHER_SERVER_CMD"] = shlex.join(config.server_command)
+    else:
+        env["VLLM_OMNI_LAUNCHER_SERVER_ENV"] = str(Path(config.server_env or default_server_env()).expanduser())
+    env["VLLM_OMNI_LAUNCHER_DATA_DIR"] = str(Path(config.data_dir).expanduser().absolute())
+    if config.gpu_lock_dir:
+        env["VLLM_OMNI_LAUNCHER_GPU_LOCK_DIR"] = str(Path(config.gpu_lock_dir).expanduser().absolute())
+    keyless = args.no_api_key or args.join is not None or args.api_key_file
+    key_path = None if keyless else str(Path(args.api_key_from or systemd_service.DEFAULT_KEY_PATH).expanduser()
+                                        .absolute())
+    options = _serve_options(args)
+    if key_path:
+        options += ["--api-key-from", systemd_service.CREDENTIAL_ARG]
+    package = Path(__file__).parent.parent          # as imported: a folder named vllm_omni_launcher (or a link)
+    role = "a joined replica" if args.join else "a head" if args.accept_replicas else "a server"
+    return systemd_service.UnitInputs(
+        exec_argv=[sys.executable, "-m", "vllm_omni_launcher", "serve", *options], user=user.pw_name,
+        group=grp.getgrgid(user.pw_gid).gr_name, working_directory=str(package.parent.absolute()),
+        environment=env, key_path=key_path,
+        description=f"vLLM-Omni Launcher: {args.model} as {role} (Wan2.2 for ComfyUI)")
+
+
+_NOT_IN_UNIT = {"help", "print_systemd_unit", "api_key_from"}
+
+
+def _serve_options(args: argparse.Namespace) -> list[str]:
+    """The serve options in `args` that differ from their defaults, as a command line."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser)
+    out: list[str] = []
+    for action in parser._actions:                 # noqa: SLF001 - argparse has no public list
+        value = getattr(args, action.dest, action.default)
+        if action.dest in _NOT_IN_UNIT or not action.option_strings or value == action.default:
+            continue
+        flag = action.option_strings[0]
+        if isinstance(action, argparse.BooleanOptionalAction):
+            out.append(flag if value else "--no-" + flag[2:])
+        elif action.nargs == 0:
+            out.append(flag)
+        elif isinstance(value, list):
+            out += [f"{flag}={item}" for item in value]
+        else:
+            out += [flag, str(value)]
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     config = load_local_config()
     role = _role(args, config)
+    if args.print_systemd_unit:
+        print(systemd_service.render_unit(_unit_inputs(args, config)), end="")
+        return ExitCode.OK
+    key_mode = _key_mode(args, role)
     if isinstance(role, JoinRole):
         role.reachable()                # a head that is not there: say so before planning anything
     plan = launch_from_args(args, config)
@@ -113,8 +230,8 @@ def run(args: argparse.Namespace) -> int:
     if args.no_api_key and spec.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: serving on {spec.host} without an API key: anyone who can reach it can use the GPUs",
               file=sys.stderr)
-    sup = Supervisor(spec, config, plan.fallback, keep_alive_minutes=args.keep_alive_minutes,
-                     api_key=not args.no_api_key and not isinstance(role, JoinRole), role=role)
+    sup = Supervisor(spec, config, plan.fallback, keep_alive_minutes=args.keep_alive_minutes, api_key=key_mode,
+                     role=role)
 
     stop_requested = threading.Event()
 
@@ -136,7 +253,8 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(role, JoinRole):
             print(role.joined_text(sup.spec), flush=True)
         else:
-            _announce(sup, spec.served_name, args.no_api_key, key_path)
+            _announce(sup, spec.served_name, args.no_api_key, key_path, args.api_key_from)
+        systemd_service.notify("READY=1", f"STATUS={strip_control(sup.status().text)}")
         _say("Press Ctrl-C to stop.")
         written_key = sup.api_key
         while not stop_requested.wait(0.5):
@@ -152,6 +270,7 @@ def run(args: argparse.Namespace) -> int:
                 _say("The server stopped (keep-alive expired).")
                 break
     finally:
+        systemd_service.notify("STOPPING=1", "STATUS=Stopping the server")
         _say("Stopping the server…")
         pgid = sup.pgid
         sup.stop(timeout=30)
@@ -168,11 +287,14 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def _announce(sup: Supervisor, name: str, no_api_key: bool, key_path: Optional[Path]) -> None:
+def _announce(sup: Supervisor, name: str, no_api_key: bool, key_path: Optional[Path],
+              key_from: Optional[str]) -> None:
     """The server's URL, and where its API key went (or that it has none)."""
     print(f"Serving {name} at {sup.url}  (OpenAI-style API under {sup.url}/v1)", flush=True)
     if no_api_key:
         _say("No API key: requests need no Authorization header.")
+    elif key_from is not None:
+        print(f"API key: the one in {key_from} (send it as 'Authorization: Bearer <key>').", flush=True)
     elif key_path is not None:
         _write_key(key_path, sup.api_key or "")
         print(f"API key written to {key_path} (mode 0600; send it as 'Authorization: Bearer <key>').", flush=True)

@@ -13,6 +13,11 @@ Plain Python (requests, numpy, PyAV, Pillow); no ComfyUI, no torch.
                 naming the setting to change.
 * `frames`      decode_mp4 (MP4 -> float32 [F, H, W, 3] in 0..1, one preallocated array, checked
                 against ClipBounds first) and probe_mp4 (the same checks from the header only).
+* `server_mp4`  the one door server bytes reach FFmpeg through: MP4 (ftyp first) only, H.264
+                yuv420p only, a decoder bounded to the header's frame size.
+* `clip_memory` the per-clip memory cap (local config max_clip_memory_gib), checked before a job
+                whose frames are decoded is sent.
+* `server_json` a server's JSON parsed within size and depth bounds.
 * `images`      image_to_png (IMAGE -> PNG bytes for I2V uploads).
 * `streamed_download`  the MP4 decoded while it downloads (a Range request fetches its index);
                 `body_buffer` the buffer both answers fill and the decoder reads, blocking.

@@ -13,13 +13,14 @@ Upstream facts this follows (checked against the 0.30 wheel's HTTP layer):
 Every call goes through transport.Transport (retries, deadlines, cancel). The server is
 untrusted: job ids are URL-quoted into one path segment, the download is capped and the MP4
 checked against the request before decoding (bounds.py), and server text is shown without
-control characters. `generate` decodes the MP4 while it downloads (streamed_download.py).
+control or invisible characters and capped (redact.untrusted_text). `generate` decodes the MP4
+while it downloads (streamed_download.py).
 
-`VideoClient.generate` polls every poll_interval (default 0.25 s), and every FAST_POLL_S once
-the caller's `due()` says the job should be about done (the supervisor's log showed the last
-denoise step, or a remote job reached its learned estimate), so a finished job is noticed
-within tens of milliseconds without polling fast for the whole job; cancellation is checked
-at least every 0.25 s.
+`VideoClient.generate` polls every poll_interval (default 0.25 s), and fast only in a short
+window around the job's expected end (poll_window.py: opened by the caller's `due()` hint, e.g.
+the supervisor's log showing the last denoise step, or by what earlier jobs of the same kind
+took on that server, which every caller gets), so a finished job is noticed within tens of
+milliseconds without polling fast for long; cancellation is checked at least every 0.25 s.
 """
 from __future__ import annotations
 
@@ -33,13 +34,16 @@ from urllib.parse import quote
 import numpy as np
 
 from ..errors import LauncherError
-from ..server.redact import strip_control
+from ..server.redact import untrusted_text
 from .bounds import ClipBounds, expected_shape
+from .clip_memory import check_clip_memory
 from .frames import DecodedVideo, PreparedOutput, VideoInfo, probe_mp4
 from .request import VideoRequest
 from .streamed_download import StreamedVideo, download_decoding
-from .transport import ONE_TRY, Cancelled, Deadlines, RetryPolicy, Transport, sleep_checking
-from .http_errors import RETRY_STATUSES, error_message, http_error, job_failed_error, model_ids, parse_body
+from .transport import ONE_TRY, Cancelled, Deadlines, RetryPolicy, Transport
+from .http_errors import (ID_LIMIT, RETRY_STATUSES, error_message, http_error, job_failed_error, model_ids,
+                          parse_body)
+from .poll_window import LEARNED, PollCadence, job_kind
 from .job_results import GenerationCancelled, GenerationResult, JobState, JobUpdate
 
 log = logging.getLogger(__name__)
@@ -52,14 +56,6 @@ DELETE_FIRST_BYTE_S = 5.0
 HEALTH_DEADLINES = Deadlines(connect_s=2.0, first_byte_s=5.0, body_s=5.0)
 # download() without a request to size it: 1280x720 x 121 frames at 16 bits per pixel, about 223 MB.
 UNSIZED_DOWNLOAD_CAP = 256 << 20
-# Poll interval once the job is due: a status GET costs the server well under a millisecond,
-# and what is left of a due job (VAE decode, MP4 encode) lasts a fraction of a second to seconds.
-# On an H200 at 1280x704x121, completion was noticed 0.035 s after inference_time_s at 0.04 s
-# polls and 0.022 s at 0.02 s polls (832x480x49: 0.012 s); half the interval is the expected wait,
-# so 0.01 s saves about 0.005 s more per job, for about 100 loopback GETs a second during the
-# last seconds of a job (bench/overhead_bench.py measures it against 0.02 s: poll mode due@0.02).
-FAST_POLL_S = 0.01
-
 
 REMOTE_LOG_HINT = ("check the log on the machine that runs the server (`serve` prints its path); queue the "
                    "prompt again once the server answers")
@@ -79,10 +75,13 @@ class VideoClient:
     def __init__(self, base_url: str, api_key: Optional[str] = None, served_name: Optional[str] = None,
                  server_version: tuple[int, int] = (0, 30), *, deadlines: Deadlines = Deadlines(),
                  retry: RetryPolicy = RetryPolicy(), sleep: Callable[[float], None] = time.sleep,
-                 log_hint: str = REMOTE_LOG_HINT) -> None:
+                 log_hint: str = REMOTE_LOG_HINT, clip_memory_gib: Optional[float] = None,
+                 proxy: Optional[str] = None, clock: Callable[[], float] = time.monotonic) -> None:
         """`log_hint` is the fix given when the server stops answering mid-job: where this
         caller's user can read what happened (a supervised server has Server Status and its
-        log; a remote one only the log on its own machine)."""
+        log; a remote one only the log on its own machine). `clip_memory_gib`: max_clip_memory_gib.
+        `proxy`: the local config's remote_proxy (transport.py: never one from the environment).
+        `clock` (with `sleep`): the poll cadence's time, for tests that run a job's minutes in a moment."""
         if not base_url or "://" not in base_url:
             raise LauncherError(
                 f"'{base_url}' is not a server URL", "it needs a scheme and host, like http://127.0.0.1:8091",
@@ -91,7 +90,10 @@ class VideoClient:
         self.served_name = served_name
         self.server_version = tuple(server_version)[:2]
         self.log_hint = log_hint
-        self._http = Transport(self.base_url, api_key, deadlines=deadlines, retry=retry, sleep=sleep)
+        self.clip_memory_gib = clip_memory_gib
+        self._http = Transport(self.base_url, api_key, deadlines=deadlines, retry=retry, proxy=proxy, sleep=sleep)
+        self._clock = clock
+        self._round_cadence: Optional[PollCadence] = None    # wait_for_next_poll's (a batch's poll rounds)
 
     def __repr__(self) -> str:
         return (f"VideoClient({self.base_url!r}, api_key={'set' if self._http.has_key else None}, "
@@ -121,6 +123,11 @@ class VideoClient:
         reply = self._http.request("GET", "/v1/models", what="Listing the served models")
         return model_ids(parse_body(reply.text)) or []
 
+    def clip_bounds(self, req: VideoRequest, frame_multiplier: int = 1) -> ClipBounds:
+        """req.bounds(), refused when its decoded frames could pass the per-clip memory cap
+        (clip_memory.py): checked before a job whose frames are decoded is submitted."""
+        return check_clip_memory(req.bounds(frame_multiplier), self.clip_memory_gib)
+
     def submit(self, req: VideoRequest, *, should_cancel: Optional[Callable[[], bool]] = None) -> str:
         """POST /v1/videos; returns the job id. Retried only when the connection failed before sending."""
         form = req.form_fields(self.server_version)
@@ -137,7 +144,7 @@ class VideoClient:
                 "The server accepted the job but returned no job id",
                 "the answer to POST /v1/videos was not a vLLM-Omni video job",
                 "check that the URL points at vLLM-Omni (vllm serve ... --omni)", setting="server",
-                raw=strip_control(self._http.redact(reply.text[:4000])))
+                raw=untrusted_text(self._http.redact(reply.text)))
         return str(job_id)
 
     def status(self, job_id: str, *, should_cancel: Optional[Callable[[], bool]] = None) -> JobState:
@@ -149,7 +156,7 @@ class VideoClient:
             raise GenerationCancelled(job_id, deleted=False) from None
 
     def _status(self, job_id: str, should_cancel: Optional[Callable[[], bool]]) -> JobState:
-        what = f"Checking job {strip_control(job_id)}"
+        what = f"Checking job {_shown(job_id)}"
         reply = self._http.request(
             "GET", _job_path(job_id), what=what, job_id=job_id,
             ok=lambda s: s < 300 or (s >= 400 and s not in RETRY_STATUSES), should_cancel=should_cancel)
@@ -163,9 +170,9 @@ class VideoClient:
                             err.get("code") if isinstance(err, dict) else None, reply.status, body)
         if 200 <= reply.status < 300:
             raise LauncherError(
-                f"The server's answer about job {strip_control(job_id)} is not a video job",
+                f"The server's answer about job {_shown(job_id)} is not a video job",
                 "GET /v1/videos/{id} returned an unexpected body", "check the server version",
-                setting="server", raw=strip_control(text[:4000]))
+                setting="server", raw=untrusted_text(text))
         raise http_error(reply.status, text, what=what, base_url=self.base_url, sent_key=self._http.has_key,
                          job_id=job_id)
 
@@ -210,11 +217,11 @@ class VideoClient:
         deadlines = dataclasses.replace(self._http.deadlines,
                                         first_byte_s=min(self._http.deadlines.first_byte_s, DELETE_FIRST_BYTE_S))
         try:
-            self._http.request("DELETE", _job_path(job_id), what=f"Deleting job {strip_control(job_id)}",
+            self._http.request("DELETE", _job_path(job_id), what=f"Deleting job {_shown(job_id)}",
                                job_id=job_id, ok=lambda s: s < 300 or s == 404,
                                retry_statuses=RETRY_STATUSES | {409}, retry=DELETE_RETRY, deadlines=deadlines)
         except LauncherError as exc:
-            log.warning("Could not delete job %s: %s", strip_control(job_id), exc.what)
+            log.warning("Could not delete job %s: %s", _shown(job_id), exc.what)
             return False
         return True
 
@@ -228,8 +235,10 @@ class VideoClient:
         """Submit, poll until done, download, decode, delete the job on the server.
 
         Polls every `poll_interval` seconds (sleeps never exceed it nor 0.25 s between
-        should_cancel checks), and every FAST_POLL_S while `due()` is true (the job should
-        be finishing: see the module docstring). on_update gets a JobUpdate after every poll. When
+        should_cancel checks), and every poll_window.FAST_POLL_S inside the short window around
+        the job's expected end: from `due()`'s rising edge (the caller's hint that the job is
+        finishing) or from what earlier jobs of this kind took on this server (poll_window.py),
+        which the job then teaches. on_update gets a JobUpdate after every poll. When
         should_cancel() is true the job is deleted at once and GenerationCancelled raised.
         `timeout_s` (None: wait forever) bounds submit -> completion; on expiry the job is
         deleted and a LauncherError raised. The MP4 may be at most req.bounds() in size and
@@ -254,7 +263,7 @@ class VideoClient:
                         engine queueing included
         """
         poll = max(0.01, float(poll_interval))
-        bounds = req.bounds(frame_multiplier)
+        bounds = self.clip_bounds(req, frame_multiplier) if decode else req.bounds(frame_multiplier)
         t0 = time.monotonic()
         if should_cancel is not None and should_cancel():
             raise GenerationCancelled("", "queued", deleted=True)
@@ -265,8 +274,10 @@ class VideoClient:
         last_status, last_t = "queued", time.monotonic()
         state: Optional[JobState] = None
         cleanup = not keep_job   # delete the job on the way out (unless the server is gone)
-        shape = expected_shape(bounds) if decode and due is not None else None
+        shape = expected_shape(bounds) if decode else None
         prepared: Optional[PreparedOutput] = None
+        kind = job_kind(req)
+        cadence = PollCadence(poll, due, LEARNED.get(self.base_url, kind), self._clock)
         try:
             while True:
                 if should_cancel is not None and should_cancel():
@@ -286,7 +297,10 @@ class VideoClient:
                 last_status, last_t = state.status, now
                 if on_update is not None:
                     on_update(JobUpdate(job_id, state.status, queued_s, running_s))
+                if state.status == "in_progress":
+                    cadence.running(self._clock())
                 if state.status == "completed":
+                    LEARNED.learn(self.base_url, kind, *cadence.finished(self._clock()))
                     break
                 if state.status == "failed":
                     raise self.job_failure(job_id, state)
@@ -294,13 +308,13 @@ class VideoClient:
                     self.delete(job_id)
                     cleanup = False
                     raise LauncherError(
-                        f"Job {strip_control(job_id)} did not finish within {timeout_s:g} s",
+                        f"Job {_shown(job_id)} did not finish within {timeout_s:g} s",
                         f"it was still {state.status.replace('_', ' ')} on the server; the launcher deleted it",
                         "raise the time limit, lower steps/frames/size, or check the server log for a hang",
                         setting="timeout")
-                if prepared is None and shape is not None and due is not None and _quietly(due):
+                if prepared is None and shape is not None and cadence.near_end():
                     prepared = PreparedOutput(*shape)   # the frames' memory, touched while the GPU finishes
-                self.wait_for_next_poll(poll, due, should_cancel)
+                cadence.wait(self._http.sleep, should_cancel)
             timings["job_done"] = time.monotonic() - t0
             timings["queued"], timings["running"] = queued_s, running_s
             if state.completed_at is not None:
@@ -342,17 +356,13 @@ class VideoClient:
 
     def wait_for_next_poll(self, poll: float, due: Optional[Callable[[], bool]],
                            should_cancel: Optional[Callable[[], bool]]) -> None:
-        """Sleep `poll` seconds, in FAST_POLL_S slices cut short as soon as `due()` is true."""
-        if due is None:
-            sleep_checking(poll, should_cancel, self._http.sleep)
-            return
-        left = poll
-        while left > 0:
-            step = min(FAST_POLL_S, left)
-            sleep_checking(step, should_cancel, self._http.sleep)
-            left -= step
-            if _quietly(due):
-                return
+        """Sleep until the next poll round of a caller's own loop (a batch): `poll` seconds, and
+        fast only in the short window each rising edge of `due()` opens (poll_window.py). The
+        cadence lives as long as the same `due` and interval are passed."""
+        cadence = self._round_cadence
+        if cadence is None or cadence.due is not due or cadence.poll_s != poll:
+            cadence = self._round_cadence = PollCadence(poll, due, clock=self._clock)
+        cadence.wait(self._http.sleep, should_cancel)
 
     def _lost(self, job_id: str, last_status: str, exc: LauncherError) -> LauncherError:
         """A poll failed for good: name the job and what the server was doing."""
@@ -371,7 +381,7 @@ class VideoClient:
         else:
             return exc
         return LauncherError(
-            f"The vLLM-Omni server stopped answering while job {strip_control(job_id)} was "
+            f"The vLLM-Omni server stopped answering while job {_shown(job_id)} was "
             f"{last_status.replace('_', ' ')}",
             why, self.log_hint, setting="server", raw=exc.raw)
 
@@ -383,23 +393,20 @@ def _job_path(job_id: str, tail: str = "") -> str:
     segment = quote(str(job_id), safe="")
     if segment.strip(".") == "":
         raise LauncherError(
-            f"The server handed out an unusable job id {strip_control(repr(str(job_id)))}",
+            f"The server handed out an unusable job id {_shown(repr(str(job_id)))}",
             "an empty or all-dots id would address another URL than the job's, so vLLM-Omni never uses one; "
             "the server is misbehaving or is not vLLM-Omni",
             "check which program answers at the server URL", setting="server")
     return f"/v1/videos/{segment}{tail}"
 
 
+def _shown(job_id: str) -> str:
+    """A server-given job id as our texts show it (stripped, capped)."""
+    return untrusted_text(str(job_id), ID_LIMIT)
+
+
 def _download_what(job_id: str) -> str:
-    return f"Downloading job {strip_control(job_id)}"
-
-
-def _quietly(due: Callable[[], bool]) -> bool:
-    """`due()`, where a failing callback only means "not due" (it is a speed hint)."""
-    try:
-        return bool(due())
-    except Exception:  # noqa: BLE001
-        return False
+    return f"Downloading job {_shown(job_id)}"
 
 
 def _job_text(state: JobState) -> str:

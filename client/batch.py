@@ -12,9 +12,11 @@ and its one poll cadence (`wait_for_next_poll`: the poll interval, fast polling 
 cancel checks in 0.25 s slices). No HTTP of our own.
 
 Memory: a batch is memory, so its size is capped by the caller (the local config's
-`max_batch_clips`). The frames of all clips go into one [n x F, H, W, 3] float32 array. Where
-the requests fix the clip's shape exactly (bounds.expected_shape, the same for every request)
-it is allocated before the first download and every clip is decoded straight into its rows;
+`max_batch_clips`), and every clip by the client's per-clip memory cap (`clip_bounds`, checked for
+every request before the first is submitted: clip_memory.py). The frames of all clips go into
+one [n x F, H, W, 3] float32 array. Where the requests fix the clip's shape exactly
+(bounds.expected_shape, the same for every request) it is allocated before the first download
+and every clip is decoded straight into its rows;
 otherwise the first clip is decoded on its own, fixes the shape and is copied in, the later ones
 decode into their rows. A clip of another shape is decoded on its own and refused (all clips go
 out as one IMAGE batch). Each clip is decoded as soon as it completes, checked against its
@@ -34,7 +36,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from ..errors import LauncherError
-from .bounds import expected_shape
+from .bounds import ClipBounds, expected_shape
 from .job_results import GenerationCancelled, JobState
 from .request import VideoRequest
 from .transport import Cancelled
@@ -114,13 +116,14 @@ def run_batch(client: Any, requests: Sequence[VideoRequest], *,
               poll_interval: float = 0.25, timeout_s: Optional[float] = None) -> BatchResult:
     """Submit every request, poll until all are done, download and decode each as it completes.
 
-    `client` is a VideoClient (or anything with its submit / status / download_decoded / delete /
-    wait_for_next_poll, job_failure). `due()`: some job should be finishing now (poll fast). A failed job,
+    `client` is a VideoClient (or anything with its clip_bounds / submit / status / download_decoded /
+    delete / wait_for_next_poll, job_failure). `due()`: some job should be finishing now (poll fast). A failed job,
     a clip of another shape than the first, or the deadline raises LauncherError; a cancel
     raises BatchCancelled. Either way no job of the batch is left on the server."""
     if not requests:
         raise ValueError("run_batch needs at least one request")
-    run = _Batch(client, list(requests), should_cancel, time.monotonic())
+    bounds = [client.clip_bounds(req) for req in requests]      # each clip's memory checked before any is sent
+    run = _Batch(client, list(requests), bounds, should_cancel, time.monotonic())
     try:
         run.submit_all()
         run.poll_until_done(on_update, due, max(0.01, float(poll_interval)), timeout_s)
@@ -135,9 +138,10 @@ def run_batch(client: Any, requests: Sequence[VideoRequest], *,
 class _Batch:
     """The state of one run_batch call: the jobs, their statuses, the frames so far."""
 
-    def __init__(self, client: Any, requests: list[VideoRequest], should_cancel: Optional[Callable[[], bool]],
-                 t0: float) -> None:
+    def __init__(self, client: Any, requests: list[VideoRequest], bounds: list[ClipBounds],
+                 should_cancel: Optional[Callable[[], bool]], t0: float) -> None:
         self.client, self.requests, self.should_cancel, self.t0 = client, requests, should_cancel, t0
+        self.bounds = bounds
         self.jobs: list[str] = []
         self.statuses = ["queued"] * len(requests)
         self.clips: list[Optional[Clip]] = [None] * len(requests)
@@ -193,7 +197,7 @@ class _Batch:
         job_id = self.jobs[i]
         timings = {"job_done": self.elapsed()}
         # decoded while it downloads, straight into its rows once their shape is known
-        got = self.client.download_decoded(job_id, self.requests[i].bounds(), into=self._slot(i),
+        got = self.client.download_decoded(job_id, self.bounds[i], into=self._slot(i),
                                            should_cancel=self.should_cancel)
         timings["downloaded"], timings["decoded"] = got.downloaded_at - self.t0, got.decoded_at - self.t0
         video = got.video
@@ -218,7 +222,7 @@ class _Batch:
     def _expected(self) -> Optional[tuple[int, int, int]]:
         """(frames, height, width) every request of the batch fixes exactly; None where one leaves
         it to the server or two ask for different shapes (then the first clip decides)."""
-        shapes = {expected_shape(req.bounds()) for req in self.requests}
+        shapes = {expected_shape(bounds) for bounds in self.bounds}
         return shapes.pop() if len(shapes) == 1 else None
 
     def _place(self, i: int, frames: np.ndarray) -> None:

@@ -12,10 +12,13 @@ comes from the stream header; when a container does not carry it, we estimate it
 duration x rate and grow the array in place in large steps (`ndarray.resize`, which reallocates without holding two copies when
 the allocator can extend the block).
 
-A server's MP4 is untrusted: with `bounds` (what the request allows, see bounds.py) the
-stream's width, height and header frame count are checked before anything is allocated,
-the array never holds more frames than the request allows, and decoding stops with the
-launcher's own error at the first frame past that.
+A server's MP4 is untrusted: it is opened only through server_mp4.py (an MP4 starting with
+`ftyp`, the MP4 demuxer and no other, H.264 yuv420p only, a decoder bounded to the header's frame
+size); each packet is looked at before the decoder sees it (its NAL headers: no new frame size),
+and every frame must have the header's size and format (one compare each); with `bounds`
+(what the request allows, see bounds.py) the stream's width, height and header frame count are
+checked before anything is allocated, the array never holds more frames than the request
+allows, and decoding stops with the launcher's own error at the first frame past that.
 
 Plain Python + numpy + PyAV: no ComfyUI and no torch here. The node layer turns
 the array into a tensor with `torch.from_numpy` (no copy).
@@ -35,6 +38,7 @@ import numpy as np
 
 from ..errors import LauncherError
 from .bounds import ClipBounds
+from .server_mp4 import SizeGuard, bound_decoder, frame_changed, grown_frames, open_server_mp4, unreadable
 
 _SCALE = np.float32(1.0 / 255.0)
 _MIN_GROW = 32           # frames added at least when the estimate was short
@@ -237,7 +241,9 @@ def decode_mp4(data: Union[bytes, BinaryIO], *, bounds: Optional[ClipBounds] = N
     `data`: the bytes, or a seekable binary file (body_buffer.BufferReader: a download still
     arriving, whose reads wait for their bytes; its errors come out of here unchanged).
     `bounds`: the clips the request allows; a stream outside them is refused (LauncherError)
-    before its frames are allocated. Without it the bytes are trusted (our own files).
+    before its frames are allocated. Without it size and count are not checked (our own files);
+    either way the bytes open only as an MP4 of H.264 yuv420p (server_mp4.py), and a frame of
+    another size or format than the header's is refused (LauncherError) before it is converted.
     `threads`: decoder threads, 0 = FFmpeg's choice (cores + 1, at most 16). `thread_type`:
     PyAV's ("AUTO": frame and slice threading; upstream's x264 writes one slice per frame, so
     frame threading does the work). `buffer_size`: the bytes FFmpeg asks of `data` per read (each
@@ -257,17 +263,12 @@ def decode_mp4(data: Union[bytes, BinaryIO], *, bounds: Optional[ClipBounds] = N
         source.seek(0)
     if not size:
         raise _empty_video()
-    try:
-        container = av.open(source, mode="r", buffer_size=buffer_size)
-    except _ffmpeg_error(av) as exc:
-        raise _bad_video(size, exc) from exc
+    container, stream = open_server_mp4(av, source, size, buffer_size)
     with container:
-        if not container.streams.video:
-            raise _no_video_stream(size)
-        stream = container.streams.video[0]
-        stream.thread_type = thread_type
-        stream.codec_context.thread_count = threads
         width, height = stream.codec_context.width, stream.codec_context.height
+        pix_fmt = stream.codec_context.format.name
+        guard = SizeGuard(stream.codec_context)
+        bound_decoder(stream, threads, thread_type)
         fps = _stream_fps(stream)
         capacity = _expected_frames(container, stream, fps)
         most = bounds.max_frames if bounds is not None else None
@@ -281,20 +282,27 @@ def decode_mp4(data: Union[bytes, BinaryIO], *, bounds: Optional[ClipBounds] = N
         capacity, count = out.shape[0], 0
         converter = _Converter(default_workers() if workers is None else workers)
         try:
-            for frame in container.decode(stream):
-                if count == capacity:
-                    if most is not None and count >= most:
-                        raise bounds.mismatch(width, height, f"{most + 1}+")
-                    capacity += max(_MIN_GROW, int(capacity * _GROW_FACTOR))
-                    capacity = min(capacity, most) if most is not None else capacity
-                    converter.drain()             # no thread may write into the block being moved
-                    out, owned = _resized(out, capacity, owned), True
-                converter.put(frame, out, count, width, height)
-                count += 1
+            for sample, packet in enumerate(container.demux(stream)):
+                guard.check(packet, width, height, sample)    # before the decoder sees a new frame size
+                for frame in packet.decode():
+                    if frame.width != width or frame.height != height or frame.format.name != pix_fmt:
+                        raise frame_changed(width, height, frame, count)
+                    if count == capacity:
+                        if most is not None and count >= most:
+                            raise bounds.mismatch(width, height, f"{most + 1}+")
+                        capacity += max(_MIN_GROW, int(capacity * _GROW_FACTOR))
+                        capacity = min(capacity, most) if most is not None else capacity
+                        converter.drain()             # no thread may write into the block being moved
+                        out, owned = _resized(out, capacity, owned), True
+                    converter.put(frame, out, count, width, height)
+                    count += 1
             converter.drain()
         except _ffmpeg_error(av) as exc:
+            grown = grown_frames(width, height, stream.codec_context, count)
+            if grown is not None:
+                raise grown from exc
             if count == 0:
-                raise _bad_video(size, exc) from exc
+                raise unreadable(size, exc) from exc
             raise LauncherError(
                 f"The video is damaged after frame {count}",
                 "FFmpeg could not decode the rest of the downloaded MP4 (cut-off download or encoder fault)",
@@ -331,20 +339,14 @@ def _resized(out: np.ndarray, frames: int, owned: bool) -> np.ndarray:
 
 def probe_mp4(data: bytes, *, bounds: Optional[ClipBounds] = None) -> VideoInfo:
     """Check that `data` is a video file as the request allows, from its header only (no frame is
-    decoded): FFmpeg opens it, it has a video stream, and its size and header frame count fit
-    `bounds`. For callers that only hand the MP4 on (the CLI without --frames-npy).
-    Raises LauncherError otherwise."""
+    decoded): it opens as an MP4 of H.264 yuv420p (server_mp4.py, as for decode_mp4), and its
+    size and header frame count fit `bounds`. For callers that only hand the MP4 on (the CLI
+    without --frames-npy). Raises LauncherError otherwise."""
     av = _import_av()
     if not data:
         raise _empty_video()
-    try:
-        container = av.open(io.BytesIO(data), mode="r")
-    except _ffmpeg_error(av) as exc:
-        raise _bad_video(len(data), exc) from exc
+    container, stream = open_server_mp4(av, io.BytesIO(data), len(data), AVIO_BUFFER_BYTES)
     with container:
-        if not container.streams.video:
-            raise _no_video_stream(len(data))
-        stream = container.streams.video[0]
         width, height = stream.codec_context.width, stream.codec_context.height
         fps = _stream_fps(stream)
         frames = int(stream.frames) if stream.frames and stream.frames > 0 else None
@@ -364,23 +366,6 @@ def _empty_video() -> LauncherError:
         "The server returned an empty video file",
         "the /content download had no bytes; the job's MP4 was missing or cut off",
         "run the prompt again; if it repeats, check the server log",
-    )
-
-
-def _no_video_stream(size: int) -> LauncherError:
-    return LauncherError(
-        "The server's file has no video stream",
-        f"{size} bytes were downloaded but FFmpeg found no video track in them",
-        "check the server log for an encoder error; try the job again",
-    )
-
-
-def _bad_video(size: int, exc: BaseException) -> LauncherError:
-    return LauncherError(
-        "The server's file is not a readable video",
-        f"FFmpeg could not open the {size} downloaded bytes as MP4",
-        "run the prompt again; if it repeats, check the server log",
-        raw=str(exc),
     )
 
 

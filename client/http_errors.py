@@ -7,13 +7,13 @@ FastAPI app and exception handlers):
 `{"error": "Unauthorized"}` for a missing/wrong key, and a failed job's own body
 (`{"id", "status": "failed", "error": {"code", "message"}, ...}`) with HTTP 500.
 
-Everything a server sends is untrusted: terminal control characters and escape sequences are
-stripped (`strip_control`) before any of it reaches an error's text, and callers scrub the API
-key from it first (`redact`).
+Everything a server sends is untrusted: terminal control characters, escape sequences and
+invisible format characters (zero-width, bidi) are stripped and its length is capped
+(`untrusted_text`) before any of it reaches an error's text, and callers scrub the API key from
+it first (`redact`).
 """
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, Iterable, Optional
 
@@ -22,12 +22,15 @@ import requests
 from ..errors import LauncherError
 from ..server.local_config import key_setup_hint
 from ..server.failure_patterns import is_oom
-from ..server.redact import strip_control
+from ..server.redact import strip_control, untrusted_text
+from .server_json import parse_server_json
 
 # Statuses that mean "busy, starting or behind a failing proxy: ask again" (retried by the transport).
 RETRY_STATUSES = frozenset({408, 429, 502, 503, 504})
 KEY_SETTING = "remote_servers"
 CONFIG_FILE = "vllm_omni_launcher.json"
+MESSAGE_LIMIT = 500            # characters of a server's message inside our what/why text
+ID_LIMIT = 120                 # characters of a server-given job id or model name shown
 
 
 def redact(text: str, secret: Optional[str]) -> str:
@@ -67,9 +70,10 @@ def refused(exc: BaseException) -> bool:
 
 
 def unreachable_error(base_url: str, exc: BaseException, secret: Optional[str] = None,
-                      *, tries: int = 1) -> LauncherError:
-    """Connection-level failure as UI text (refused, DNS, timeout, reset)."""
-    raw = strip_control(redact(f"{type(exc).__name__}: {exc}", secret))
+                      *, tries: int = 1, note: str = "") -> LauncherError:
+    """Connection-level failure as UI text (refused, DNS, timeout, reset); `note` is added to
+    the fix (the transport's word on proxy variables it does not use)."""
+    raw = untrusted_text(redact(f"{type(exc).__name__}: {exc}", secret))
     after = f" (after {tries} tries)" if tries > 1 else ""
     if refused(exc):
         return LauncherError(
@@ -77,20 +81,20 @@ def unreachable_error(base_url: str, exc: BaseException, secret: Optional[str] =
             "the connection was refused: nothing is listening there. The server is not running, "
             "has exited, is still loading the model (vLLM-Omni opens its port only once the weights "
             "are loaded and warm), or the URL/port is wrong",
-            "start the server with the launcher node (or wait until it reports ready), and check the URL",
+            "start the server with the launcher node (or wait until it reports ready), and check the URL" + note,
             setting="server", raw=raw, kind="refused")
     if isinstance(exc, requests.exceptions.Timeout):
         return LauncherError(
             f"The vLLM-Omni server at {base_url} did not answer in time{after}",
             "the connection or the response timed out; the host may be overloaded, asleep or behind "
             "a firewall, or the server is wedged",
-            "check that the server is up (GET /health) and that the machine is reachable",
+            "check that the server is up (GET /health) and that the machine is reachable" + note,
             setting="server", raw=raw, kind="timeout")
     return LauncherError(
         f"Lost the connection to the vLLM-Omni server at {base_url}{after}",
         "the network connection failed or was closed before an answer came back "
         "(server crashed or restarted, or a network problem)",
-        "check the server log and that it is still running, then queue the prompt again",
+        "check the server log and that it is still running, then queue the prompt again" + note,
         setting="server", raw=raw, kind="lost")
 
 
@@ -170,7 +174,7 @@ FIELD_LIMITS: dict[str, str] = {
 
 def parse_body(text: str) -> Any:
     try:
-        return json.loads(text)
+        return parse_server_json(text)      # bounded size and depth (server_json.py)
     except (ValueError, TypeError):
         return None
 
@@ -180,7 +184,7 @@ def model_ids(body: Any) -> Optional[list[str]]:
     data = body.get("data") if isinstance(body, dict) else None
     if not isinstance(data, list):
         return None
-    return [strip_control(str(m["id"])) for m in data if isinstance(m, dict) and m.get("id")]
+    return [untrusted_text(str(m["id"]), ID_LIMIT) for m in data if isinstance(m, dict) and m.get("id")]
 
 
 def error_message(body: Any, text: str) -> str:
@@ -205,7 +209,7 @@ def error_field(body: Any, message: str) -> Optional[str]:
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         param = body["error"].get("param")
         if isinstance(param, str) and param:
-            param = strip_control(param)
+            param = untrusted_text(param, ID_LIMIT)
             return param.split(".")[-1] if param.startswith("body.") or "." in param else param
     # pydantic text: "1 validation error for VideoGenerationRequest\nnum_inference_steps\n  Input ..."
     for line in message.splitlines():
@@ -226,8 +230,10 @@ OOM_FIX = ("lower width/height or frames, enable VAE tiling, CPU offload or a pa
 def job_failed_error(job_id: str, message: str, raw: str, code: Any = None) -> LauncherError:
     """A job the server marked failed, with the OOM case explained. All three strings come from
     the server; they are shown without control characters."""
-    job_id, message, raw = strip_control(job_id), strip_control(message), strip_control(raw)
-    if is_oom(message):
+    job_id, raw = untrusted_text(job_id, ID_LIMIT), untrusted_text(raw)
+    full = strip_control(message)                 # matched whole (at most an error body's cap) ...
+    message = untrusted_text(full, MESSAGE_LIMIT)  # ... and shown capped
+    if is_oom(full):
         return LauncherError(
             f"The GPU ran out of memory while generating job {job_id}",
             "the request's resolution x frames needs more GPU memory than the current serving "
@@ -236,19 +242,19 @@ def job_failed_error(job_id: str, message: str, raw: str, code: Any = None) -> L
             setting="width",
             raw=raw,
         )
-    if "no image is provided" in message.lower():
+    if "no image is provided" in full.lower():
         return LauncherError(
             f"Job {job_id} failed: the model needs a start image",
             "the loaded model is image-to-video (I2V-A14B) and the request carried no image",
             "connect an IMAGE to the 'image' input, or load T2V-A14B / TI2V-5B",
             setting="image", raw=raw)
-    if "divisible by" in message.lower() and ("height" in message.lower() or "width" in message.lower()):
+    if "divisible by" in full.lower() and ("height" in full.lower() or "width" in full.lower()):
         return LauncherError(
             f"Job {job_id} failed: width/height not accepted by the model",
             message,
             "set width and height to multiples of 16 (32 for TI2V-5B)",
             setting="width", raw=raw)
-    if "enginedead" in message.replace(" ", "").lower() or "engine core" in message.lower():
+    if "enginedead" in full.replace(" ", "").lower() or "engine core" in full.lower():
         return LauncherError(
             f"Job {job_id} failed because the vLLM-Omni engine died",
             "the GPU worker process crashed (see the server log); the server shuts down after this",
@@ -266,10 +272,10 @@ def validation_reason(message: str) -> str:
     """The useful sentence of an upstream validation message (pydantic or FastAPI form)."""
     found = re.search(r"""'msg': (?:"((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)')""", message)
     if found:
-        return (found.group(1) or found.group(2) or "").replace("\\\\", "\\")
+        return untrusted_text((found.group(1) or found.group(2) or "").replace("\\\\", "\\"), MESSAGE_LIMIT)
     found = re.search(r"Input should [^\[\n]+", message)
     if found:
-        return found.group(0).strip().rstrip(",")
+        return untrusted_text(found.group(0).strip().rstrip(","), MESSAGE_LIMIT)
     return _first_line(message)
 
 
@@ -283,10 +289,10 @@ def http_error(status: int, text: str, *, what: str, base_url: str, sent_key: bo
     """An HTTP error answer from the server (`text`: its body, the key already scrubbed) as UI
     text. `what` names the operation."""
     text = strip_control(text or "")
-    job_id = strip_control(job_id) if job_id else job_id
+    job_id = untrusted_text(job_id, ID_LIMIT) if job_id else job_id
     body = parse_body(text)
     message = strip_control(error_message(body, text))   # JSON escapes (\u001b) decode to controls
-    raw = f"HTTP {status}: {text.strip()}" if text.strip() else f"HTTP {status}"
+    raw = untrusted_text(f"HTTP {status}: {text.strip()}" if text.strip() else f"HTTP {status}")
 
     if isinstance(body, dict) and body.get("status") == "failed" and body.get("id"):
         err = body.get("error") or {}
@@ -316,7 +322,7 @@ def http_error(status: int, text: str, *, what: str, base_url: str, sent_key: bo
         if message.lower().startswith("model mismatch"):
             return LauncherError(
                 f"{what} was refused: the server runs a different model",
-                message,
+                untrusted_text(message, MESSAGE_LIMIT),
                 "use the server handle from the loader node that started this model", setting="model", raw=raw)
         field = error_field(body, message)
         setting = FIELD_SETTINGS.get(field or "", field or "")

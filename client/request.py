@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -38,7 +39,8 @@ class RequestLora:
 
     def form_value(self) -> str:
         """The `lora` form field exactly as upstream's parser reads it."""
-        return json.dumps({"name": self.name, "path": self.path, "scale": float(self.scale)})
+        return json.dumps({"name": self.name, "path": self.path, "scale": _real(self.scale, "lora strength")},
+                          allow_nan=False)
 
 
 @dataclass(frozen=True)
@@ -97,12 +99,21 @@ class VideoRequest:
     sampler: Optional[str] = None
     interpolation: Optional[FrameInterpolation] = None
 
+    def __post_init__(self) -> None:
+        """Numbers are numbers: NaN, inf, text or a list in a numeric field is refused here, before
+        it can size anything (bounds.py) or reach the form as "nan"."""
+        for name, setting in _WHOLE_FIELDS.items():
+            _whole(getattr(self, name), setting)
+        for name, setting in _REAL_FIELDS.items():
+            _real(getattr(self, name), setting)
+
     def form_fields(self, server_version: tuple[int, int] = (0, 30)) -> dict[str, Any]:
         """The multipart form: str values are text fields; `input_reference` is a
         (filename, bytes, content type) file part. Raises LauncherError for values the
         server version cannot take."""
         fps = _check_fps(self.fps, server_version)
-        if self.num_frames is None or int(self.num_frames) < 1:
+        frames = _whole(self.num_frames, "frames")
+        if frames is None or frames < 1:
             raise LauncherError(
                 f"frames {self.num_frames} is not valid",
                 "a video needs at least one frame, and the launcher always sends the frame count "
@@ -111,16 +122,16 @@ class VideoRequest:
         values: dict[str, Any] = {
             "prompt": self.prompt,
             "negative_prompt": self.negative_prompt,
-            "width": _int_or_none(self.width),
-            "height": _int_or_none(self.height),
-            "num_frames": int(self.num_frames),
+            "width": _whole(self.width, "width"),
+            "height": _whole(self.height, "height"),
+            "num_frames": frames,
             "fps": fps,
-            "num_inference_steps": _int_or_none(self.steps),
-            "guidance_scale": self.guidance,
-            "guidance_scale_2": self.guidance_2,
-            "boundary_ratio": self.boundary_ratio,
-            "flow_shift": self.flow_shift,
-            "seed": _int_or_none(self.seed),
+            "num_inference_steps": _whole(self.steps, "steps"),
+            "guidance_scale": _real(self.guidance, "guidance"),
+            "guidance_scale_2": _real(self.guidance_2, "guidance_2"),
+            "boundary_ratio": _real(self.boundary_ratio, "boundary_ratio"),
+            "flow_shift": _real(self.flow_shift, "flow_shift"),
+            "seed": _whole(self.seed, "seed"),
         }
         form: dict[str, Any] = {k: _form_text(v) for k, v in values.items() if v is not None}
         for key, value in self.extra.items():
@@ -202,8 +213,35 @@ def _check_fps(fps: Any, server_version: tuple[int, int]) -> str:
     return repr(value)
 
 
-def _int_or_none(value: Any) -> Optional[int]:
-    return None if value is None else int(value)
+# Numeric fields and the setting (widget / flag) each one comes from.
+_WHOLE_FIELDS = {"width": "width", "height": "height", "num_frames": "frames", "steps": "steps", "seed": "seed"}
+_REAL_FIELDS = {"fps": "fps", "guidance": "guidance", "guidance_2": "guidance_2", "boundary_ratio": "boundary_ratio",
+                "flow_shift": "flow_shift"}
+
+
+def _real(value: Any, setting: str) -> Optional[float]:
+    """A float field's value (None stays None); NaN, inf, text or a list is refused before sending,
+    never sent as "nan"."""
+    if value is None:
+        return None
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)                                  # numpy's integers too; never through float
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise LauncherError(f"{setting} {value!r} is not a finite number"[:200],
+                            "the server would get it as text such as 'nan' (or the launcher could not send it)",
+                            f"set {setting} to a number", setting=setting)
+    return float(value)
+
+
+def _whole(value: Any, setting: str) -> Optional[int]:
+    """An integer field's value (None stays None); anything but a whole number is refused."""
+    number = _real(value, setting)
+    if number is None:
+        return None
+    if isinstance(number, float) and not number.is_integer():
+        raise LauncherError(f"{setting} {value!r} is not a whole number", "the server takes it as an integer",
+                            f"set {setting} to a whole number", setting=setting)
+    return int(number)
 
 
 def _form_text(value: Any) -> str:

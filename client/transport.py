@@ -22,23 +22,28 @@ Policy (modelled on ComfyUI's own API nodes):
   `BodySink` instead of into the Reply, chunk by chunk as it arrives (client/body_buffer.py: the
   video client decodes the MP4 while it downloads).
 * Waits between tries are cut into <= 0.25 s slices that check `should_cancel`.
-* The API key is sent as a Bearer header and scrubbed from every error and log line; a loopback
-  server never goes through HTTP(S)_PROXY from the environment.
+* The API key is sent as a Bearer header and scrubbed from every error and log line.
+* Nothing else rides along: the session never trusts the environment (`trust_env` off), so
+  ~/.netrc credentials (which `requests` would send as Basic auth, replacing our Bearer key) and
+  HTTP(S)_PROXY / ALL_PROXY are never read. The one proxy is the one the local config names
+  (`remote_proxy`), used for remote servers only, never for a loopback one in any spelling
+  (hosts.py). A CA bundle named by REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE is still honoured: it
+  decides whom we trust, and sends nothing.
 """
 from __future__ import annotations
 
 import http.client
-import ipaddress
 import logging
+import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Protocol
-from urllib.parse import urlsplit
 
 import requests
 import urllib3
 
 from .abortable import AbortableAdapter, Attempt, run_try
+from .hosts import is_loopback_url
 from .http_errors import (
     RETRY_STATUSES,
     deadline_error,
@@ -159,24 +164,29 @@ def _is_2xx(status: int) -> bool:
     return 200 <= status < 300
 
 
-def _is_loopback(url: str) -> bool:
-    host = (urlsplit(url).hostname or "").strip("[]").lower()
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+ENV_PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")   # read by requests by default; never by us
+CA_BUNDLE_VARS = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
+
+
+def env_proxy_note(environ: Mapping[str, str]) -> str:
+    """For an unreachable remote server: the proxy variables set in the environment, which the
+    launcher does not use, and the setting that does ("" when none is set)."""
+    found = [name for name in ENV_PROXY_VARS for var in (name, name.lower()) if environ.get(var)]
+    if not found:
+        return ""
+    return (f"; the environment sets {found[0]}, which the launcher never uses (it reads neither proxy variables "
+            "nor ~/.netrc): if this server is reached through a proxy, set remote_proxy in the launcher config "
+            "(VLLM_OMNI_LAUNCHER_REMOTE_PROXY)")
 
 
 class Transport:
     """One server's session: retries, deadlines and cancel for every call. Holds the key; never shows it.
 
-    trust_env: use HTTP(S)_PROXY from the environment (default: only for non-loopback servers;
-    a proxy in front of 127.0.0.1 would turn a healthy server into a timeout)."""
+    proxy: the local config's `remote_proxy` (an http(s):// URL), used unless the server is on
+    loopback; nothing is ever taken from the environment (see the module docstring)."""
 
     def __init__(self, base_url: str, api_key: Optional[str] = None, *, deadlines: Deadlines = Deadlines(),
-                 retry: RetryPolicy = RetryPolicy(), trust_env: Optional[bool] = None,
+                 retry: RetryPolicy = RetryPolicy(), proxy: Optional[str] = None,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.base_url = base_url.rstrip("/")
         self._key = api_key or None
@@ -187,7 +197,15 @@ class Transport:
         adapter = AbortableAdapter()
         self.session.mount("http://", adapter)
         self.session.mount("https://", adapter)
-        self.session.trust_env = (not _is_loopback(self.base_url)) if trust_env is None else trust_env
+        self.session.trust_env = False        # no ~/.netrc, no proxy variables: see the module docstring
+        loopback = is_loopback_url(self.base_url)
+        self.proxy = proxy if proxy and not loopback else None
+        if self.proxy:
+            self.session.proxies = {"http": self.proxy, "https": self.proxy}
+        bundle = next((os.environ[v] for v in CA_BUNDLE_VARS if os.environ.get(v)), None)
+        if bundle:
+            self.session.verify = bundle
+        self._unreachable_note = "" if loopback or self.proxy else env_proxy_note(os.environ)
         self.session.headers["Accept-Encoding"] = "identity"   # never inflate a body we did not size
         if self._key:
             self.session.headers["Authorization"] = f"Bearer {self._key}"
@@ -240,7 +258,8 @@ class Transport:
                                   should_cancel=should_cancel, files=files, headers=headers, sink=sink)
             except requests.exceptions.RequestException as exc:
                 if last or not (idempotent or not_sent(exc)) or isinstance(exc, requests.exceptions.InvalidURL):
-                    raise unreachable_error(self.base_url, exc, self._key, tries=attempt) from None
+                    raise unreachable_error(self.base_url, exc, self._key, tries=attempt,
+                                            note=self._unreachable_note) from None
                 wait = delays[attempt - 1]
                 log.debug("%s %s: %s; retry %d in %.2fs", method, path, type(exc).__name__, attempt, wait)
             except _DeadlinePassed as exc:

@@ -6,6 +6,7 @@ from ..server import registry
 from .batch_node import GenerateBatch
 from .doctor_node import Doctor
 from .generate_node import GenerateVideo
+from .input_checks import guard
 from .lora_nodes import LoraModel
 from .model_nodes import LoadModel, ServingConfig
 from .server_nodes import LocalServer, RemoteServer, ServerStatus, StopServer
@@ -23,7 +24,8 @@ _NODES = {
     "VLLMOmniDoctor": (Doctor, "vLLM-Omni Doctor"),
 }
 
-NODE_CLASS_MAPPINGS = {node_id: cls for node_id, (cls, _) in _NODES.items()}
+# Each node's function checks its inputs against its own INPUT_TYPES first (input_checks.py).
+NODE_CLASS_MAPPINGS = {node_id: guard(cls, name) for node_id, (cls, name) in _NODES.items()}
 NODE_DISPLAY_NAME_MAPPINGS = {node_id: name for node_id, (_, name) in _NODES.items()}
 
 # ComfyUI has no shutdown hook for custom nodes: stop our servers on exit and on SIGTERM/SIGINT

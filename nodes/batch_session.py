@@ -32,22 +32,36 @@ SEED_LIMIT = 2 ** 63        # the seed widget's range: seeds wrap around inside 
 
 def clip_plan(prompts: str, seed: int, batch_count: int, limit: int) -> list[tuple[str, int]]:
     """(prompt, seed) per clip: every prompt line with seeds seed .. seed + batch_count - 1,
-    prompt by prompt. Refuses an empty list and more clips than the local config allows."""
+    prompt by prompt. Refuses an empty list and more clips than the local config allows, counted
+    before the list is built (a workflow's 10^6 prompt lines x 64 must not become 64 million clips)."""
+    if not isinstance(prompts, str):
+        raise LauncherError(f"prompts is {type(prompts).__name__}, not text", "Generate Batch takes its prompts "
+                            "as one text, one prompt per line", "write one prompt per line", setting="prompts")
     lines = prompt_lines(prompts)
     if not lines:
         raise LauncherError("No prompt", "prompts is empty or holds only blank lines",
                             "write one prompt per line", setting="prompts")
-    count = max(1, int(batch_count))
-    clips = [(line, (int(seed) + j) % SEED_LIMIT) for line in lines for j in range(count)]
-    if len(clips) > limit:
+    count, first = max(1, _whole(batch_count, "batch_count")), _whole(seed, "seed")
+    total = len(lines) * count
+    if total > limit:
         raise LauncherError(
-            f"The batch asks for {len(clips)} clips ({len(lines)} prompt(s) x batch_count {count}); this "
+            f"The batch asks for {total} clips ({len(lines)} prompt(s) x batch_count {count}); this "
             f"machine allows {limit}",
             "every decoded clip is held in memory until the node returns, so the machine's operator caps "
             "the batch size in the launcher's local config (max_batch_clips)",
             f"use fewer prompt lines or a smaller batch_count (at most {limit} clips), or raise max_batch_clips "
             "in vllm_omni_launcher.json", setting="batch_count")
-    return clips
+    return [(line, (first + j) % SEED_LIMIT) for line in lines for j in range(count)]
+
+
+def _whole(value: Any, name: str) -> int:
+    """A whole-number widget as a workflow sent it (ComfyUI's /prompt takes any JSON value)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise LauncherError(f"{name} is {value!r:.40}, not a whole number", "the workflow (API format) sent "
+                            f"another type for {name}", f"set {name} to a whole number", setting=name)
+    return value
 
 
 def generate_batch(handle: ServerHandle, *, prompts: str, seed: int, batch_count: int, image: Any = None,

@@ -11,8 +11,11 @@ class Doctor:
     """GPUs, peer-to-peer, the server environment's versions, disk, ports: each problem with its fix."""
 
     DESCRIPTION = ("Checks this machine for vLLM-Omni: GPUs and peer-to-peer access, memory ComfyUI holds, the "
-                   "server environment's vllm / vllm-omni pair, disk, the model folder and the port; each problem "
-                   "with its fix. Runs every time it is queued; the report shows on the node and in its output.")
+                   "server environment's vllm / vllm-omni pair, disk, the model folder, the Diffusers folders Load "
+                   "Model leaves out and the port; each problem with its fix. The report starts with the verdict "
+                   "(problems and warnings by name, and whether this is a GPU box or a client-only one), so it "
+                   "reads at the node's default size. Runs every time it is queued; the report shows on the node "
+                   "and in its output.")
     CATEGORY = "vLLM-Omni"
     RETURN_TYPES = ("STRING",)
     RETURN_NAMES = ("report",)

@@ -50,6 +50,7 @@ class GenerateVideo:
                        "the video's frame rate, for nodes that take IMAGE + fps (e.g. Create Video)",
                        "the server's MP4 as ComfyUI VIDEO, not re-encoded: connect to Save Video")
     FUNCTION = "generate"
+    OWN_CHOICE_CHECKS = ("interpolation_model",)   # interpolation_for says where they come from (input_checks.py)
 
     @classmethod
     def INPUT_TYPES(cls):  # noqa: N802

@@ -53,6 +53,7 @@ class LoraModel:
     RETURN_NAMES = ("model",)
     OUTPUT_TOOLTIPS = ("the model with this LoRA appended: connect to Local Server or another LoRA node",)
     FUNCTION = "apply"
+    OWN_CHOICE_CHECKS = ("lora_name",)   # choose_lora says where entries come from (input_checks.py)
 
     @classmethod
     def INPUT_TYPES(cls):  # noqa: N802

@@ -47,6 +47,7 @@ class LoadModel:
     RETURN_NAMES = ("model",)
     OUTPUT_TOOLTIPS = ("the model to serve: connect to Local Server (or Doctor)",)
     FUNCTION = "load"
+    OWN_CHOICE_CHECKS = ("model",)       # choose_model says where entries come from (input_checks.py)
 
     @classmethod
     def INPUT_TYPES(cls):  # noqa: N802 (ComfyUI's name)

@@ -15,7 +15,9 @@ Job progress: the HTTP API has none (0 then 100). For a server we supervise, the
 supervisor parses the rank-0 tqdm lines of its log, so the bar shows real denoise steps and
 their ETA. For a remote server only elapsed time is known: it is compared with how long
 similar jobs took on that server, and once a job runs longer than that the estimate grows
-with it instead of sitting at "~0s left".
+with it instead of sitting at "~0s left". The first job of its size on a server has no
+estimate yet: its bar moves with the time elapsed (half-way at ELAPSED_HALF_S, never full),
+and its text says that the bar is elapsed time, so the node shows it is alive.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from . import comfy_bridge
 _lock = threading.Lock()
 _seconds_per_unit: dict[tuple[str, str], float] = {}   # (url, family) -> running seconds per (token x step)
 REMOTE_BAR = 100                                        # remote bar in percent: no real steps to show
+ELAPSED_HALF_S = 60.0                                   # without an estimate, the bar is half-way after this
 
 
 # ----------------------------------------------------------------------------- the reporter
@@ -157,6 +160,12 @@ def estimated_fraction(running_s: float, estimate_s: float) -> float:
     return 1.0 - 0.2 * tail / (tail + running_s - knee)
 
 
+def elapsed_fraction(running_s: float) -> float:
+    """The bar of a job with no estimate: it moves with the time elapsed and is never full."""
+    running_s = max(0.0, running_s)
+    return running_s / (running_s + ELAPSED_HALF_S)
+
+
 def clock(seconds: float) -> str:
     seconds = int(max(0, seconds))
     return f"{seconds // 60}:{seconds % 60:02d}" if seconds >= 60 else f"{seconds}s"
@@ -197,7 +206,9 @@ class JobProgress:
             return
         estimate_s = self.remote_estimate_s
         if not estimate_s:
-            self.reporter.text(f"Running {running} (first job of this size on this server: no estimate yet)")
+            self.reporter.bar(elapsed_fraction(update.running_s) * REMOTE_BAR, REMOTE_BAR)
+            self.reporter.text(f"Running {running} (first job of this size on this server: no estimate yet, "
+                               "so the bar shows time elapsed)")
             return
         self.reporter.bar(estimated_fraction(update.running_s, estimate_s) * REMOTE_BAR, REMOTE_BAR)
         if update.running_s < estimate_s:

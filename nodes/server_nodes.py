@@ -59,6 +59,7 @@ class RemoteServer:
     RETURN_NAMES = ("server",)
     OUTPUT_TOOLTIPS = ("handle of the remote server (no secret): connect to Generate Video or Server Status",)
     FUNCTION = "connect"
+    OWN_CHOICE_CHECKS = ("remote_server",)   # session names the config to add it to (input_checks.py)
 
     @classmethod
     def INPUT_TYPES(cls):  # noqa: N802
@@ -80,7 +81,7 @@ class RemoteServer:
     @classmethod
     def IS_CHANGED(cls, url="", model_family="", remote_server=session.USE_URL, **_):  # noqa: N802
         # Stable for the same widgets and config: a constant key keeps Generate Video cached.
-        return session.remote_identity(url or "", remote_server or session.USE_URL)
+        return session.remote_identity(str(url or ""), str(remote_server or session.USE_URL))
 
     def connect(self, url: str, model_family: str, remote_server: str = session.USE_URL,
                 unique_id: Optional[str] = None):

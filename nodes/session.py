@@ -176,7 +176,8 @@ def connect_remote(url: str, family_key: str, remote_name: str, node_id: Optiona
     with progress.reporting(node_id, "Connecting") as reporter:
         config = load_local_config()
         name, base, key = _remote_target(config, url, remote_name)
-        with VideoClient(base, api_key=key, deadlines=Deadlines.from_config(config)) as client:
+        with VideoClient(base, api_key=key, deadlines=Deadlines.from_config(config),
+                         proxy=config.remote_proxy) as client:
             names = client.models()
         if not names:
             raise LauncherError(f"The server at {base} serves no model", "/v1/models returned an empty list",
@@ -271,8 +272,8 @@ def job_client(handle: ServerHandle, reporter: progress.NodeReporter,
     else:
         (url, key), version = _remote_key(handle, config), handle.server_version
     client = VideoClient(url, api_key=key, served_name=handle.served_name, server_version=version,
-                         deadlines=Deadlines.from_config(config),
-                         log_hint=LOCAL_LOG_HINT if sup is not None else REMOTE_LOG_HINT)
+                         deadlines=Deadlines.from_config(config), clip_memory_gib=config.max_clip_memory_gib,
+                         proxy=config.remote_proxy, log_hint=LOCAL_LOG_HINT if sup is not None else REMOTE_LOG_HINT)
     return client, sup
 
 
@@ -294,8 +295,10 @@ def _run(handle: ServerHandle, request: Any, reporter: progress.NodeReporter) ->
     reporter.text("Submitting the job")
     try:
         with client:
+            # The log's last denoise step is a hint only a supervised server gives; a remote job's
+            # fast polls come from the client's own record of earlier jobs (client/poll_window.py).
             result = client.generate(request, on_update=on_update, should_cancel=reporter.cancel_requested,
-                                     due=tracker.due)
+                                     due=tracker.due if sup is not None else None)
     except GenerationCancelled as cancelled:
         _explain_cancel(cancelled, sup, reporter, tracker.run_floor)
         _end_interrupted()
@@ -347,7 +350,7 @@ def server_report(handle: Optional[ServerHandle], node_id: Optional[str]) -> dic
             line += f"\n  last error: {st.last_error}"
         lines.append(line)
     if handle is not None and handle.kind == "remote":
-        with VideoClient(handle.url) as client:
+        with VideoClient(handle.url, proxy=load_local_config().remote_proxy) as client:
             answering = "answering /health" if client.health() else "NOT answering /health"
         lines.append(f"{handle.served_name} at {handle.url}: remote, {answering} (not supervised here)")
     if handle is not None and handle.kind == "local" and not servers:
@@ -374,7 +377,7 @@ def doctor_report(model: Optional[ModelChoice], node_id: Optional[str]) -> dict[
     """The doctor's checks for this machine (and model), each problem with its fix."""
     with progress.reporting(node_id, "Checking GPUs, the server environment, disk and ports"):
         report = run_doctor(model.model if model is not None else None, config=load_local_config(),
-                            lora_roots=comfy_bridge.lora_folders())
+                            lora_roots=comfy_bridge.lora_folders(), model_roots=comfy_bridge.diffusers_folders())
     return show(report.text(), node_id)
 
 

@@ -10,18 +10,23 @@ the model fits this machine's GPUs at its default request. In order:
 3. without GPU sizes (no NVML, no VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB) nothing can be planned,
    so TI2V-5B, the model most machines run.
 
-The answer comes with its reason in words, which the command prints before it starts.
+"Fits" is planned for the vLLM-Omni line of the server environment that will serve it
+(`launch_plan.planning_version`). The answer comes with its reason in words, which the command
+prints before it starts.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Optional
 
 from ..models import FAMILIES
+from ..server.flags import Version
 from ..server.hf_cache import has_snapshot
 from ..server.local_config import LocalConfig
 from ..server.spec import LaunchSpec
 from .ladder import recommend
+from .launch_plan import planning_version
 
 _QUALITY_ORDER = ("t2v_a14b", "ti2v_5b")    # text-to-video models, better quality first
 _DOWNLOAD_GB = {"t2v_a14b": 65, "ti2v_5b": 23}   # bf16 weights, as the README states
@@ -44,7 +49,8 @@ def pick_model(config: LocalConfig, gpu_sizes: list[float], gpu_source: str) -> 
                                      f"text-to-video model (about {_DOWNLOAD_GB[FALLBACK]} GB to download, one "
                                      "24 GB GPU is enough)")
     env = {**os.environ, **config.extra_env}        # HF_HOME / HF_HUB_CACHE as the server sees them
-    fits = {key: _fits(FAMILIES[key].hf_id, gpu_sizes) for key in _QUALITY_ORDER}
+    version, _ = planning_version(config)           # a refused environment is refused by the launch, after this
+    fits = {key: _fits(FAMILIES[key].hf_id, gpu_sizes, version) for key in _QUALITY_ORDER}
     gpus = " + ".join(f"{size:g}" for size in gpu_sizes) + " GiB"
     for key in _QUALITY_ORDER:
         family = FAMILIES[key]
@@ -62,7 +68,7 @@ def pick_model(config: LocalConfig, gpu_sizes: list[float], gpu_source: str) -> 
     return ModelPick(ti2v.hf_id, why)
 
 
-def _fits(model: str, gpu_sizes: list[float]) -> bool:
+def _fits(model: str, gpu_sizes: list[float], server_version: Optional[Version]) -> bool:
     """Whether some configuration runs `model`'s default request on these GPUs unreduced."""
-    rec = recommend(LaunchSpec(model=model), gpus=gpu_sizes)
+    rec = recommend(LaunchSpec(model=model), gpus=gpu_sizes, server_version=server_version)
     return rec.spec is not None and not rec.reduced

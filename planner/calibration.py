@@ -1,4 +1,9 @@
-"""The memory planner's coefficients (planner/memory.py): each value, what it is, and what fixed it.
+"""The memory planner's coefficients (planner/memory.py), per vLLM-Omni line: each value, what it is, and what fixed it.
+
+`CALIBRATION` is the 0.26 set (the first one fitted); `CALIBRATION_0_30` is what changes on 0.30,
+measured through our Supervisor on an H200 (bench/results/h200-memory-vllm-omni-0.30/, the points in
+bench/memory/results/h200-ti2v5b-vllm-omni-0.30.json, checked by tests/unit/test_memory_model_0_30.py).
+`calibration_for(version)` picks the set for a server line; the pinned default (0.30) when unknown.
 
 What was measured rather than derived: the VAE decode coefficients in `CALIBRATION`
 (isolated decode on an H200, bench/memory); TI2V-5B's per-token activation term and the tiled
@@ -9,6 +14,10 @@ in MiB) and the H200 runs (docs/upstream-facts.md, "Published memory peaks" and 
 measurements"); tests/unit/test_plan_memory.py checks each.
 """
 from __future__ import annotations
+
+from typing import Optional
+
+from ..server.versions import DEFAULT_VERSION
 
 # Calibration. Each value: what it is, and what fixed it.
 CALIBRATION: dict[str, float] = {
@@ -64,6 +73,8 @@ CALIBRATION: dict[str, float] = {
     # patch-parallel after-job points closer, -0.2% to -5.1%);
     # it is reserved, not used, so it matters for what the GPU must have free.
     "decode_server_slack": 0.6,
+    # The same for a tiled decode (0.26: one value for both; 0.30 keeps it for tiles only).
+    "decode_server_slack_tiled": 0.6,
     # I2V condition encode (Wan2.1 VAE encoder at full resolution), bytes per pixel: assumed 60%
     # of the 27 KB/px decode figure the after-job fit used to imply (no number isolates it yet;
     # bench/memory `--only vae_encode` measures it). Kept conservative until that run is folded in.
@@ -95,6 +106,9 @@ CALIBRATION: dict[str, float] = {
     "hsdp_gathered_blocks": 2.0,
     # Layerwise offload keeps about this many blocks per expert on the GPU (current + prefetch).
     "layerwise_resident_blocks": 2.0,
+    # Share of the text encoder that layerwise offload keeps on the GPU: on 0.26 all of it (only DiT
+    # blocks are streamed).
+    "layerwise_te_resident_fraction": 1.0,
     # FP8: linear weights at 1 byte, the rest (norms, embeddings, modulation) stays bf16.
     "fp8_weight_fraction": 0.52,
     # Safety margin a plan keeps free on every GPU: fraction of the card, and at least this.
@@ -103,3 +117,44 @@ CALIBRATION: dict[str, float] = {
 }
 TILE_PX = 256            # diffusers AutoencoderKLWan tile_sample_min_height/width
 TILE_STRIDE_PX = 192     # tile_sample_stride
+
+
+# vLLM-Omni 0.30, MEASURED (H200, TI2V-5B full size, eager, 4 steps; NVML peak of each job against
+# plan(): bench/memory/results/h200-ti2v5b-vllm-omni-0.30.json). Only what differs from 0.26:
+CALIBRATION_0_30: dict[str, float] = dict(
+    CALIBRATION,
+    # The decode leaves no slack beyond the isolated decode: without offload the untiled peak is the
+    # loaded weights + CUDA context + the isolated decode (18,020 bytes per output pixel of one frame)
+    # + the video, within 1% at 832x480, 1024x576 and 1280x704 (0.26 kept 0.6 of the decode on top).
+    # A tiled decode still leaves 0.6 of its working set reserved beyond it (its many tile-sized
+    # blocks): without it the tiled small-shape peaks (layerwise + tiling 832x480x49/81) came out
+    # 8-11% low, with it every tiled point is within 5%.
+    decode_server_slack=0.0,
+    # 0.30 streams the text encoder's blocks too under layerwise offload (the Wan2.2 pipeline declares
+    # encoder_block_attrs {"text_encoder": "encoder.block"}): about 0.7 GiB stays of UMT5-XXL's 10.6 (its
+    # 2 GiB token embedding is not a block and stays: fitted 0.22 of the encoder; the whole process
+    # holds ~7 GiB after load where 0.26 held the encoder's 10.6 GiB on top).
+    layerwise_te_resident_fraction=0.22,
+)
+CALIBRATIONS: dict[tuple[int, int], dict[str, float]] = {(0, 26): CALIBRATION, (0, 30): CALIBRATION_0_30}
+
+
+def calibrated_line(version: Optional[tuple[int, int]]) -> tuple[int, int]:
+    """The vLLM-Omni line whose coefficients a plan for `version` uses: the newest calibrated one not
+    newer than it (0.26 for anything before 0.30); the pinned default (0.30) when `version` is None."""
+    if version is None:
+        return DEFAULT_VERSION
+    known = [v for v in sorted(CALIBRATIONS) if v <= tuple(version)]
+    return known[-1] if known else min(CALIBRATIONS)
+
+
+def calibration_for(version: Optional[tuple[int, int]]) -> dict[str, float]:
+    """The coefficient set of a vLLM-Omni line (`calibrated_line`)."""
+    return CALIBRATIONS[calibrated_line(version)]
+
+
+def calibration_label(version: Optional[tuple[int, int]]) -> str:
+    """How a plan names what it was calibrated for: 'vLLM-Omni 0.30', and when the server's version
+    was not known, that this is the pinned default."""
+    major, minor = calibrated_line(version)
+    return f"vLLM-Omni {major}.{minor}" + ("" if version else " (the pinned default: the server's version is unknown)")

@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from ..errors import LauncherError
-from ..models import FAMILIES, family_for
+from ..models import FAMILIES, WanFamily, family_for, find_local_models
 from ..server import hf_cache
 from ..server.local_config import LocalConfig, load_local_config
 from ..server.loras import STARTUP_SINCE, find_loras, serving_note
 from .doctor_env import check_server_env, major_minor
-from .doctor_report import OK, PROBLEM, UNCHECKED, WARNING, Check, DoctorReport
-from .gpus import GIB, GpuInfo, load_nvml, peer_status, processes_on_gpus, query_gpus
+from .doctor_report import CLIENT_ONLY, GPU_BOX, GPUS_UNKNOWN, OK, PROBLEM, UNCHECKED, WARNING, Check, DoctorReport
+from .gpus import GIB, NONE_FOUND, GpuInfo, open_nvml, peer_status, processes_on_gpus, query_gpus
 from .model_sizes import model_sizes
 
 
@@ -214,7 +214,15 @@ def _check_port(host: str, port: Optional[int]) -> Check:
                      "to pick a free one")
 
 
-def _check_host_ram() -> Check:
+def _offload_ram_gib(family: WanFamily) -> float:
+    """Host RAM CPU offload pins for `family`: its DiT experts and the text encoder, in bf16."""
+    return family.dit_params_b * family.experts * 2 * 1e9 / GIB + 10.6
+
+
+def _check_host_ram(family: Optional[WanFamily], role: str) -> Check:
+    """Host RAM against what offload of the checked model pins (without a model: of the smallest,
+    TI2V-5B, with A14B's need named), so the warning is about the model in question; on a
+    client-only box no server runs, so nothing is pinned here."""
     try:
         import psutil
     except ImportError:
@@ -222,21 +230,64 @@ def _check_host_ram() -> Check:
                      "pip install psutil")
     vm = psutil.virtual_memory()
     total, avail = vm.total / GIB, vm.available / GIB
-    a14b = max(f.dit_params_b for f in FAMILIES.values()) * 2 * 2 * 1e9 / GIB + 10.6
-    status = OK if avail >= a14b + 4 else WARNING
-    fix = "" if status == OK else (f"CPU offload of an A14B model pins about {a14b:.0f} GiB of host RAM: "
-                                   "close other programs or use two GPUs without offload")
-    return Check("host_ram", status, f"{total:.1f} GiB total, {avail:.1f} GiB available", fix)
+    summary = f"{total:.1f} GiB total, {avail:.1f} GiB available"
+    if role == CLIENT_ONLY:
+        return Check("host_ram", OK, summary + "; offload needs host RAM only where the server runs")
+    checked = family or min(FAMILIES.values(), key=_offload_ram_gib)
+    need = _offload_ram_gib(checked)
+    if avail >= need + 4:
+        if family is None and avail < _offload_ram_gib(FAMILIES["t2v_a14b"]) + 4:
+            summary += (f"; enough for CPU offload of {checked.label} (about {need:.0f} GiB), not of an A14B model "
+                        f"(about {_offload_ram_gib(FAMILIES['t2v_a14b']):.0f} GiB)")
+        return Check("host_ram", OK, summary)
+    return Check("host_ram", WARNING, summary, f"CPU offload of {checked.label} pins about {need:.0f} GiB of host "
+                 "RAM: close other programs, or use GPUs that hold the model without offload")
+
+
+def _check_local_models(roots: Sequence[Path]) -> Check:
+    """The Diffusers folders under `roots` that Load Model lists, and those it leaves out, with why."""
+    skipped: dict[str, str] = {}
+    found = find_local_models(roots, skipped)
+    listing = "".join(f"\n  {label}: {m.family.label}" for label, m in sorted(found.items()))
+    listing += "".join(f"\n  {folder}: not listed, {why}" for folder, why in sorted(skipped.items()))
+    where = ", ".join(str(r) for r in roots)
+    if not found and not skipped:
+        return Check("local_models", OK, f"no Diffusers folders under {where}")
+    return Check("local_models", WARNING if skipped else OK,
+                 f"{len(found)} Wan2.2 folder(s) in Load Model, {len(skipped)} left out, under {where}:{listing}",
+                 "fix or remove the folders left out (each says why); Load Model lists only Wan2.2 Diffusers folders"
+                 if skipped else "", {"listed": sorted(found), "left_out": skipped})
+
+
+def _box_role(gpus: list[GpuInfo], absent: bool) -> str:
+    return GPU_BOX if gpus else (CLIENT_ONLY if absent else GPUS_UNKNOWN)
+
+
+def _server_env_for_role(checks: list[Check], role: str) -> list[Check]:
+    """A missing server environment is a problem on a GPU box, expected on a client-only one."""
+    out = []
+    for c in checks:
+        if c.name == "server_env" and c.status == UNCHECKED:
+            if role == GPU_BOX:
+                c = Check(c.name, PROBLEM, c.summary.replace("server environment not checked: ", "no server "
+                          "environment: ", 1) + "; this GPU box needs one to run a local server", c.fix, c.details)
+            elif role == CLIENT_ONLY:
+                c = Check(c.name, OK, "no server environment, and none is needed: this client-only box uses a "
+                          "server on a GPU machine", "", c.details)
+        out.append(c)
+    return out
 
 
 def run_doctor(model: Optional[str] = None, *, config: Optional[LocalConfig] = None, host: Optional[str] = None,
                port: Optional[int] = None, nvml: Any = None, runner: Callable[..., Any] = subprocess.run,
-               timeout_s: float = 90.0, lora_roots: Sequence[Path] = ()) -> DoctorReport:
+               timeout_s: float = 90.0, lora_roots: Sequence[Path] = (),
+               model_roots: Sequence[Path] = ()) -> DoctorReport:
     """Run every check. `nvml` may be a stand-in module (tests); `runner` replaces subprocess.run.
-    `lora_roots`: the folders to list LoRAs from (ComfyUI's models/loras)."""
+    `lora_roots`: the folders to list LoRAs from (ComfyUI's models/loras); `model_roots`: the
+    Diffusers folders Load Model lists from (ComfyUI's models/diffusers)."""
     config = config or load_local_config()
     checks: list[Check] = []
-    mod, reason = load_nvml(nvml)
+    mod, reason, absent = open_nvml(nvml)
     if mod is None:
         gpu_checks: list[Check] = [
             Check("gpus", UNCHECKED, f"could not list GPUs: {reason}",
@@ -261,12 +312,24 @@ def run_doctor(model: Optional[str] = None, *, config: Optional[LocalConfig] = N
                             f"this process has CUDA_VISIBLE_DEVICES={visible!r}",
                             "the launcher sets CUDA_VISIBLE_DEVICES for the server itself from the GPU setting"
                             if visible.strip() == "" else ""))
+    if mod is not None and not gpus:
+        absent = gpu_checks[0].summary.endswith(NONE_FOUND)        # NVML runs and lists none
+    role = _box_role(gpus, absent)
     env_checks, env = check_server_env(config, runner, timeout_s, machine_has_gpus=bool(gpus))
-    checks += env_checks
-    checks.append(_check_host_ram())
+    checks += _server_env_for_role(env_checks, role)
+    checks.append(_check_host_ram(_family_or_none(model), role))
     checks += _check_model(model, config)
+    if model_roots:
+        checks.append(_check_local_models(model_roots))
     if lora_roots:
         checks.append(_check_loras(lora_roots, major_minor(env.get("vllm-omni")) if env else None))
     checks.append(_check_port(host or config.host, port if port is not None else config.port))
     checks.append(Check("launcher", OK, f"python {platform.python_version()} at {sys.executable}"))
-    return DoctorReport(checks=checks, gpus=gpus, peers=peers, server_env=env)
+    return DoctorReport(checks=checks, gpus=gpus, peers=peers, server_env=env, role=role)
+
+
+def _family_or_none(model: Optional[str]) -> Optional[WanFamily]:
+    try:
+        return family_for(model) if model else None
+    except LauncherError:
+        return None          # the model check says why

@@ -27,16 +27,26 @@ class Check:
         return asdict(self)
 
 
+# What the box is for, from its GPUs (planner/doctor.py decides): the verdict's second half.
+GPU_BOX, CLIENT_ONLY, GPUS_UNKNOWN = "gpu_box", "client_only", "gpus_unknown"
+_ORDER = {PROBLEM: 0, WARNING: 1, UNCHECKED: 2, OK: 3}
+
+
 @dataclass
 class DoctorReport:
     checks: list[Check]
     gpus: list[GpuInfo] = field(default_factory=list)
     peers: list[dict[str, Any]] = field(default_factory=list)
     server_env: dict[str, Any] = field(default_factory=dict)
+    role: str = GPUS_UNKNOWN           # GPU_BOX, CLIENT_ONLY or GPUS_UNKNOWN
 
     @property
     def problems(self) -> list[Check]:
         return [c for c in self.checks if c.status == PROBLEM]
+
+    @property
+    def warnings(self) -> list[Check]:
+        return [c for c in self.checks if c.status == WARNING]
 
     @property
     def unchecked(self) -> list[Check]:
@@ -49,19 +59,44 @@ class DoctorReport:
     def check(self, name: str) -> Check:
         return next(c for c in self.checks if c.name == name)
 
+    def box(self) -> str:
+        """What this machine can do, in a sentence."""
+        if self.role == CLIENT_ONLY:
+            return ("client-only box: no NVIDIA GPU, so it cannot run a local server; use a server on a GPU machine "
+                    "(Remote Server node, or `generate --url URL`)")
+        if self.role == GPU_BOX:
+            return f"GPU box: {len(self.gpus)} GPU(s), it can run a local server"
+        return "GPUs unknown: NVML could not tell whether this box has any"
+
+    def verdict(self) -> str:
+        """The report's head: a first line short enough for the Doctor node at its default size (two
+        lines of about 20 characters show: "FAIL: 1 problem (server_env)"), then what the box is,
+        then the first fix."""
+        def named(checks: list[Check], word: str) -> str:
+            return f"{len(checks)} {word}{'s' if len(checks) != 1 else ''} ({', '.join(c.name for c in checks)})"
+        parts = [named(self.problems, "problem")] if self.problems else []
+        parts += [named(self.warnings, "warning")] if self.warnings else []
+        head = f"{'FAIL' if self.problems else 'OK'}: {'; '.join(parts) or 'no problems'}"
+        text = f"{head}\n{self.box()[0].upper()}{self.box()[1:]}."
+        first = self.problems[0] if self.problems else None
+        return text + (f"\nFirst fix, {first.name}: {first.fix}" if first is not None and first.fix else "")
+
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "checks": [c.to_dict() for c in self.checks],
+        return {"ok": self.ok, "verdict": self.verdict(), "role": self.role,
+                "checks": [c.to_dict() for c in self.checks],
                 "gpus": [g.to_dict() for g in self.gpus], "peers": self.peers, "server_env": self.server_env,
-                "problems": len(self.problems), "unchecked": [c.name for c in self.unchecked]}
+                "problems": len(self.problems), "warnings": len(self.warnings),
+                "unchecked": [c.name for c in self.unchecked]}
 
     def text(self) -> str:
+        """The verdict first, then the checks worst first (problems, warnings, unchecked, ok), then the counts."""
         mark = {OK: "ok  ", WARNING: "WARN", PROBLEM: "FAIL", UNCHECKED: "--  "}
-        lines = []
-        for c in self.checks:
+        lines = [self.verdict()]
+        for c in sorted(self.checks, key=lambda c: _ORDER.get(c.status, 4)):
             lines.append(f"[{mark.get(c.status, c.status)}] {c.name}: {c.summary}")
             if c.fix:
                 lines.append(f"       fix: {c.fix}")
-        n_prob, n_un = len(self.problems), len(self.unchecked)
-        lines.append(f"{n_prob} problem(s), {n_un} check(s) could not run" +
+        n_prob, n_warn, n_un = len(self.problems), len(self.warnings), len(self.unchecked)
+        lines.append(f"{n_prob} problem(s), {n_warn} warning(s), {n_un} check(s) could not run" +
                      (f" ({', '.join(c.name for c in self.unchecked)})" if n_un else ""))
         return "\n".join(lines)

@@ -2,7 +2,11 @@
 
 Every function takes an optional `nvml` module so tests can pass a fake that stands in for
 the GPU; without one, `pynvml` (shipped by nvidia-ml-py) is imported on first use. No GPU, no
-driver or no package is not an error here: the caller gets an empty list and the reason.
+driver or no package is not an error here: the caller gets an empty list and the reason
+(`scan_gpus` also says whether that means "no NVIDIA GPU here" or only "could not tell").
+
+`select_gpus` turns the gpus setting (auto / all / ids / count=N) into ids; a workflow can
+send any count, so it is capped (`MAX_GPUS`) before a list is built.
 """
 from __future__ import annotations
 
@@ -10,7 +14,16 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any, Optional, Sequence
 
+from ..errors import SpecError
+from ..server.spec import parse_gpus
+
 GIB = 1024 ** 3
+# More GPUs than one machine holds (the largest NVSwitch systems have 16 to 72): a count or a
+# size list above it is a typo or a hostile workflow, refused before any list is built.
+MAX_GPUS = 128
+# NVML's own codes for "no NVIDIA driver here" (NVML_ERROR_LIBRARY_NOT_FOUND, _DRIVER_NOT_LOADED):
+# unlike a permission or an unknown error, they mean this machine has no GPU a server could use.
+_NO_DRIVER_CODES = (12, 9)
 
 # Marketing "GB" of GPU cards is GiB in practice (an "80 GB" H100 shows 81,559 MiB, a
 # "24 GB" 4090 24,564 MiB), so hypothetical GPUs given as `--gpu-memory 24,24` are GiB.
@@ -71,6 +84,9 @@ def parse_gpu_memory(text: str) -> list[float]:
         value = float(part)
         if value <= 0 or count < 1:
             raise ValueError(f"GPU memory '{text}' must be positive sizes in GB, e.g. 24,24 or 2x80")
+        if count > MAX_GPUS or len(out) + count > MAX_GPUS:
+            raise ValueError(f"GPU memory '{text}' lists more than {MAX_GPUS} GPUs; write one size per GPU "
+                             "of one machine, e.g. 2x80")
         out += [value] * count
     if not out:
         raise ValueError("no GPU memory sizes given (write e.g. 24,24 or 80)")
@@ -79,16 +95,24 @@ def parse_gpu_memory(text: str) -> list[float]:
 
 def load_nvml(nvml: Any = None) -> tuple[Any, Optional[str]]:
     """(initialised NVML module, None) or (None, reason it could not be used)."""
+    mod, reason, _absent = open_nvml(nvml)
+    return mod, reason
+
+
+def open_nvml(nvml: Any = None) -> tuple[Any, Optional[str], bool]:
+    """load_nvml, and whether the failure means there is no NVIDIA driver (so no usable GPU)."""
     if nvml is None:
         try:
             import pynvml as nvml  # type: ignore[import-not-found]  # nvidia-ml-py
         except ImportError:
-            return None, "nvidia-ml-py is not installed (pip install nvidia-ml-py), so GPUs could not be listed"
+            return None, ("nvidia-ml-py is not installed (pip install nvidia-ml-py), so GPUs could not be "
+                          "listed"), False
     try:
         nvml.nvmlInit()
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
-        return None, f"NVML could not start ({_nvml_text(exc)}): no NVIDIA driver or no GPU on this machine"
-    return nvml, None
+        absent = getattr(exc, "value", None) in _NO_DRIVER_CODES
+        return None, f"NVML could not start ({_nvml_text(exc)}): no NVIDIA driver or no GPU on this machine", absent
+    return nvml, None, False
 
 
 def _nvml_text(exc: BaseException) -> str:
@@ -115,11 +139,34 @@ def visible_indices(count: int) -> list[int]:
     return out
 
 
+@dataclass(frozen=True)
+class GpuScan:
+    """What NVML said about this machine's GPUs."""
+
+    gpus: list[GpuInfo]
+    reason: Optional[str]          # why the list is empty (None when it is not)
+    absent: bool = False           # NVML says there is no NVIDIA GPU (no driver, or none found), not "unknown"
+
+
 def query_gpus(nvml: Any = None, *, shutdown: bool = True) -> tuple[list[GpuInfo], Optional[str]]:
     """The machine's GPUs (all of them, NVML order) and None, or [] and the reason."""
-    mod, reason = load_nvml(nvml)
+    found = scan_gpus(nvml, shutdown=shutdown)
+    return found.gpus, found.reason
+
+
+def scan_gpus(nvml: Any = None, *, shutdown: bool = True) -> GpuScan:
+    """query_gpus, saying whether an empty answer means "no NVIDIA GPU here"."""
+    mod, reason, absent = open_nvml(nvml)
     if mod is None:
-        return [], reason
+        return GpuScan([], reason, absent)
+    gpus, reason = _list_gpus(mod, shutdown)
+    return GpuScan(gpus, reason, reason == NONE_FOUND)
+
+
+NONE_FOUND = "NVML found no GPU"
+
+
+def _list_gpus(mod: Any, shutdown: bool) -> tuple[list[GpuInfo], Optional[str]]:
     try:
         count = mod.nvmlDeviceGetCount()
         try:
@@ -141,7 +188,7 @@ def query_gpus(nvml: Any = None, *, shutdown: bool = True) -> tuple[list[GpuInfo
             gpus.append(GpuInfo(index=i, name=_s(mod.nvmlDeviceGetName(h)), total_gib=mem.total / GIB,
                                 free_gib=mem.free / GIB, driver=driver, compute_capability=cc, uuid=uuid))
         if not gpus:
-            return [], "NVML found no GPU"
+            return [], NONE_FOUND
         return gpus, None
     except Exception as exc:
         return [], f"NVML failed while listing GPUs ({_nvml_text(exc)})"
@@ -214,3 +261,26 @@ def processes_on_gpus(nvml: Any, gpus: Sequence[GpuInfo]) -> dict[int, list[dict
             procs.append({"pid": int(p.pid), "used_gib": (used / GIB) if isinstance(used, int) else None})
         out[g.index] = procs
     return out
+
+
+def select_gpus(text: str, visible: list[int]) -> Optional[tuple[int, ...]]:
+    """auto / all / '' -> None (every visible GPU); '0,1' -> (0, 1); count=N -> the first N visible.
+
+    N is checked (a whole number, 1..MAX_GPUS) before any list is built: a workflow may send
+    count=1000000000, and where no GPU is visible the ids would otherwise be made up to N."""
+    text = text.strip().lower()
+    if not text.startswith("count="):
+        return parse_gpus(text)
+    try:
+        count = int(text.split("=", 1)[1])
+    except ValueError as exc:
+        raise SpecError(f"GPU count '{text}' is not a number", "expected count=N", "write e.g. count=2",
+                        setting="gpus") from exc
+    if not 1 <= count <= MAX_GPUS:
+        raise SpecError(f"GPU count {count} is out of range", f"count=N takes 1 to {MAX_GPUS} GPUs of this machine",
+                        "write e.g. count=2, or all", setting="gpus")
+    ids = visible or list(range(count))
+    if count > len(ids):
+        raise SpecError(f"{count} GPUs requested, {len(ids)} visible", "count=N takes the first N visible GPUs",
+                        f"use count={len(ids)} or fewer", setting="gpus")
+    return tuple(ids[:count])

@@ -11,20 +11,25 @@ The ladder, fastest first (every rung is a LaunchSpec that passes `spec.validate
 3. Module CPU offload (text encoder and DiT experts take turns on the GPU) with the parallel
    modes above, which still beats one GPU; then one GPU without offload.
 4. Layerwise offload (DiT blocks streamed from host RAM) on one GPU, single-card only upstream
-   (measured no slower per step on an H200), then module offload on one GPU (+32% engine time).
+   (measured no slower per step on an H200), then module offload on one GPU.
 5. FP8 only when asked (`allow_fp8=True`), then last, with a warning: vLLM-Omni's feature
    table marks Wan2.2 quantization unsupported and its FP8 docs list no Wan model, so a
    quality loss would be silent. Memory is better bought with offload, which is exact.
 6. Nothing fits: the largest frame count, then the largest frame size, that the leanest
    rung fits.
 
-VAE tiling is tried at each rung (without, then with) instead of only at the end: it
-costs a little decode time, far less than any offload, so "fastest that fits" puts it first.
+VAE tiling is tried at each one-GPU rung (without, then with) instead of only at the end.
 
 The order is not fixed: the rungs are sorted (stably) by their expected engine time relative to
-one GPU without offload, from the measured costs in `SPEED_COSTS` (planner/speed_costs.py: the
-numbers and where they come from). So layerwise offload (no slower per step on an H200) comes before module
-offload (+32% engine time), and a parallel mode with offload before one GPU without it.
+one GPU without offload, measured per vLLM-Omni line (planner/speed_costs.py: the numbers and
+where they come from), for the line the server runs (`server_version`; the pinned 0.30 when not
+given; the memory estimates follow the same line, planner/calibration.py). On 0.26 offload is what
+costs (module +32% engine time, layerwise nothing, tiling a few seconds), so tiling comes first; on
+0.30 the tiled decode is what costs (about 4x the untiled one: +15 s a clip at 1280x704x121, where
+layerwise offload costs under a second), so every untiled rung comes before every tiled one. Either
+way a parallel mode with offload comes before one GPU without it.
+
+What a walk answers, the rungs and the recommendation, is in planner/recommendation.py.
 
 Two GeForce cards without peer-to-peer access: CFG parallel exchanges one latent-sized
 prediction per step, while Ulysses and TP run all-to-all / all-reduce in every layer over
@@ -33,111 +38,20 @@ rung comes before any Ulysses/TP rung, and the recommendation says so.
 """
 from __future__ import annotations
 
-import shlex
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Optional, Sequence, Union
 
 from ..errors import LauncherError, SpecError
 from ..models import WanFamily
+from ..server.flags import Version
 from ..server.spec import LaunchSpec, MemoryConfig, ParallelConfig
 from .gpus import GpuInfo, hypothetical_gpus, load_nvml, peer_status, query_gpus
 from .memory import RequestShape, plan
 from .memory_plan import MemoryPlan
 from .model_sizes import ModelSizes, model_sizes
+from .recommendation import Recommendation, Rung
 from .speed_costs import cost_text, speed_cost
 
-
-@dataclass
-class Rung:
-    """One configuration on the ladder, with its estimate."""
-
-    spec: LaunchSpec
-    label: str
-    speed: str                  # a short, honest speed note
-    plan: Optional[MemoryPlan] = None
-    fits: Optional[bool] = None
-    why_not: str = ""
-    warnings: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "speed": self.speed, "flags": self.spec.flags()[1:],
-                "gpus": list(self.spec.gpus) if self.spec.gpus is not None else None,
-                "fits": self.fits, "why_not": self.why_not,
-                "peak_gib": None if self.plan is None else round(self.plan.peak_gib, 2),
-                "per_gpu_peak_gib": None if self.plan is None else [round(g.peak_gib, 2) for g in self.plan.gpus],
-                "warnings": list(self.warnings)}
-
-
-@dataclass
-class Recommendation:
-    """The fastest fitting configuration (or None), and why each faster one does not fit."""
-
-    spec: Optional[LaunchSpec]
-    request: RequestShape                  # may be smaller than asked (see `reduced`)
-    asked: RequestShape
-    plan: Optional[MemoryPlan]
-    label: str
-    reason: str
-    rejected: list[Rung]                   # faster rungs that did not fit, in ladder order
-    notes: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    max_frames: Optional[int] = None       # most frames the chosen spec fits at this size
-    gpus: list[GpuInfo] = field(default_factory=list)
-    speed: str = ""                        # the chosen rung's expected cost (SPEED_COSTS)
-
-    def __post_init__(self) -> None:   # the rung chosen for a reduced request is not a rejected one
-        self.rejected = [r for r in self.rejected if r.spec is not self.spec]
-
-    @property
-    def reduced(self) -> bool:
-        return self.request != self.asked
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "spec": self.spec.to_dict() if self.spec else None,
-            "flags": self.spec.flags()[1:] if self.spec else None,
-            "label": self.label,
-            "request": self.request.to_dict(),
-            "asked": self.asked.to_dict(),
-            "reduced": self.reduced,
-            "reason": self.reason,
-            "max_frames": self.max_frames,
-            "plan": self.plan.to_dict() if self.plan else None,
-            "rejected": [r.to_dict() for r in self.rejected],
-            "notes": list(self.notes),
-            "warnings": list(self.warnings),
-            "gpus": [g.to_dict() for g in self.gpus],
-            "speed": self.speed,
-        }
-
-    def text(self) -> str:
-        lines = []
-        if self.spec is None:
-            lines.append(f"No configuration fits: {self.reason}")
-        else:
-            # shlex.join: the command must paste into a shell as it is (replicas' --stage-overrides is JSON)
-            command = shlex.join(["vllm", "serve", self.spec.model, *self.spec.flags()[1:]])
-            gpus = "" if self.spec.gpus is None else f"CUDA_VISIBLE_DEVICES={','.join(map(str, self.spec.gpus))} "
-            lines.append(f"Recommended: {self.label}")
-            lines.append(f"  {gpus}{command}")
-            lines.append(f"  why: {self.reason}")
-            if self.speed:
-                lines.append(f"  expected speed: {self.speed}")
-            if self.reduced:
-                lines.append(f"  request reduced: {self.asked.label()} -> {self.request.label()}")
-            if self.max_frames:
-                lines.append(f"  at {self.request.width}x{self.request.height} this configuration fits up to "
-                             f"{self.max_frames} frames")
-        for r in self.rejected:
-            lines.append(f"  not {r.label}: {r.why_not}")
-        for w in self.warnings:
-            lines.append(f"warning: {w}")
-        for n in self.notes:
-            lines.append(f"note: {n}")
-        return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------------------
 GpuArg = Union[None, Sequence[GpuInfo], Sequence[float]]
 
 
@@ -178,8 +92,10 @@ def _with(base: LaunchSpec, gpus: Optional[tuple[int, ...]], parallel: ParallelC
 
 
 def build_ladder(base: LaunchSpec, gpus: Sequence[GpuInfo], request: RequestShape, *,
-                 p2p: Optional[bool] = None, allow_fp8: bool = False) -> tuple[list[Rung], list[str]]:
-    """Every rung for these GPUs, fastest first, and notes on the order chosen."""
+                 p2p: Optional[bool] = None, allow_fp8: bool = False,
+                 server_version: Optional[Version] = None) -> tuple[list[Rung], list[str]]:
+    """Every rung for these GPUs, fastest first (by the speed costs of `server_version`'s line), and
+    notes on the order chosen."""
     family = base.family
     notes: list[str] = []
     n = len(gpus)
@@ -193,7 +109,7 @@ def build_ladder(base: LaunchSpec, gpus: Sequence[GpuInfo], request: RequestShap
         rungs.append(Rung(spec, label, speed))
         if tiling_variant and not spec.memory.vae_tiling and spec.parallel.vae_patch <= 1:
             tiled = replace(spec, memory=replace(spec.memory, vae_tiling=True))
-            rungs.append(Rung(tiled, label + " + VAE tiling", speed + "; tiled VAE decode (slightly slower decode)"))
+            rungs.append(Rung(tiled, label + " + VAE tiling", speed + "; tiled VAE decode (a slower decode)"))
 
     multi: list[tuple[ParallelConfig, str, str]] = []
     if n >= 2:
@@ -242,9 +158,10 @@ def build_ladder(base: LaunchSpec, gpus: Sequence[GpuInfo], request: RequestShap
         "1 GPU + module offload", "text encoder and experts swapped over PCIe (seconds per request)")
     add(_with(base, one, ParallelConfig(), MemoryConfig(offload="layerwise", **keep_mem)),
         "1 GPU + layerwise offload", "DiT blocks streamed from host RAM behind the compute (single-card only)")
-    rungs.sort(key=lambda r: speed_cost(r.spec, request.cfg))   # stable: ties keep the order above
+    costs = {id(r): speed_cost(r.spec, request.cfg, request, server_version=server_version) for r in rungs}
+    rungs.sort(key=lambda r: costs[id(r)])   # stable: ties keep the order above
     for r in rungs:
-        r.speed += f"; {cost_text(speed_cost(r.spec, request.cfg))}"
+        r.speed += f"; {cost_text(costs[id(r)])}"
     if geforce_no_p2p:
         def order(r: Rung) -> int:
             p, off = r.spec.parallel, r.spec.memory.offload
@@ -296,21 +213,33 @@ def _why_not(p: MemoryPlan) -> str:
 
 
 def evaluate_rung(r: Rung, request: RequestShape, gpus: Sequence[GpuInfo], sizes: ModelSizes,
-              host_available_gib: Optional[float]) -> Rung:
+                  host_available_gib: Optional[float], server_version: Optional[Version] = None) -> Rung:
+    """`r` with its plan, fit and reason for `request` (in place: the rung now speaks of this request),
+    estimated with `server_version`'s coefficients."""
     used = [g for g in gpus if r.spec.gpus is None or g.index in r.spec.gpus] or list(gpus)
-    r.plan = plan(r.spec, request, used, sizes=sizes, host_available_gib=host_available_gib)
+    r.plan = plan(r.spec, request, used, sizes=sizes, host_available_gib=host_available_gib,
+                  server_version=server_version)
     r.fits = bool(r.plan.fits)
     r.why_not = "" if r.fits else _why_not(r.plan)
     return r
 
 
+def _tried_at(r: Rung, request: RequestShape, gpus: Sequence[GpuInfo], sizes: ModelSizes,
+              host_available_gib: Optional[float], server_version: Optional[Version]) -> Rung:
+    """A copy of `r` evaluated for a smaller `request`: the rung itself keeps its plan and reason
+    for the request asked, which is the one its "not X" line is printed under."""
+    return evaluate_rung(replace(r, plan=None, fits=None, why_not="", warnings=list(r.warnings)), request, gpus,
+                         sizes, host_available_gib, server_version)
+
+
 def _max_frames(spec: LaunchSpec, request: RequestShape, gpus: Sequence[GpuInfo], sizes: ModelSizes,
-                host: Optional[float], limit: int = 481) -> Optional[int]:
+                host: Optional[float], server_version: Optional[Version], limit: int = 481) -> Optional[int]:
     """Largest 4k+1 frame count that fits at the request's size (None if even 1 frame does not)."""
     used = [g for g in gpus if spec.gpus is None or g.index in spec.gpus] or list(gpus)
 
     def ok(frames: int) -> bool:
-        return bool(plan(spec, replace(request, frames=frames), used, sizes=sizes, host_available_gib=host).fits)
+        return bool(plan(spec, replace(request, frames=frames), used, sizes=sizes, host_available_gib=host,
+                         server_version=server_version).fits)
 
     lo, hi = 0, (limit - 1) // 4
     if not ok(1):
@@ -337,14 +266,17 @@ def _smaller_sizes(family: WanFamily, request: RequestShape) -> list[tuple[int, 
 
 def recommend(model: Union[str, LaunchSpec], request: Optional[RequestShape] = None, gpus: GpuArg = None, *,
               p2p: Optional[bool] = None, allow_fp8: bool = False, host_available_gib: Optional[float] = -1.0,
-              nvml: Any = None, min_frames: int = 17) -> Recommendation:
+              nvml: Any = None, min_frames: int = 17, server_version: Optional[Version] = None) -> Recommendation:
     """The fastest configuration that fits `request` on `gpus`.
 
     model: an HF id / local folder, or a LaunchSpec whose non-memory settings (host, port,
     runtime switches, extra flags, and its GPU selection) are kept.
     gpus: None (NVML: this machine), GpuInfo list, or sizes in GiB such as [24, 24].
     p2p: whether the GPUs have peer-to-peer access (None: NVML when real, else unknown).
+    server_version: the vLLM-Omni line that will serve (its memory and speed figures); None: the pinned
+    default, and the recommendation says so.
     """
+    v = server_version
     base = model if isinstance(model, LaunchSpec) else LaunchSpec(model=model)
     family = base.family
     asked = request or RequestShape.default_for(family)
@@ -358,7 +290,7 @@ def recommend(model: Union[str, LaunchSpec], request: Optional[RequestShape] = N
         gpu_list = chosen
     p2p = p2p if p2p is not None else nvml_p2p
     sizes = model_sizes(base.model)
-    rungs, ladder_notes = build_ladder(base, gpu_list, asked, p2p=p2p, allow_fp8=allow_fp8)
+    rungs, ladder_notes = build_ladder(base, gpu_list, asked, p2p=p2p, allow_fp8=allow_fp8, server_version=v)
     notes += ladder_notes
     rejected: list[Rung] = []
     geforce_no_p2p = len(gpu_list) == 2 and all(g.is_geforce for g in gpu_list) and p2p is not True
@@ -367,7 +299,7 @@ def recommend(model: Union[str, LaunchSpec], request: Optional[RequestShape] = N
             r.warnings.append(f"{r.label} exchanges activations in every layer; without peer-to-peer access "
                               "that goes through host memory and may be slower than one GPU (if NCCL hangs, "
                               "set NCCL_P2P_DISABLE=1)")
-        evaluate_rung(r, asked, gpu_list, sizes, host_available_gib)
+        evaluate_rung(r, asked, gpu_list, sizes, host_available_gib, v)
         if r.fits:
             faster = len(rejected)
             reason = (f"the fastest of {len(rungs)} configurations that fits" if faster == 0 else
@@ -378,33 +310,33 @@ def recommend(model: Union[str, LaunchSpec], request: Optional[RequestShape] = N
             return Recommendation(spec=r.spec, request=asked, asked=asked, plan=r.plan, label=r.label,
                                   reason=reason, rejected=rejected, notes=notes + r.plan.notes,
                                   warnings=list(r.warnings),
-                                  max_frames=_max_frames(r.spec, asked, gpu_list, sizes, host_available_gib),
-                                  gpus=gpu_list, speed=r.speed)
+                                  max_frames=_max_frames(r.spec, asked, gpu_list, sizes, host_available_gib, v),
+                                  gpus=gpu_list, speed=r.speed, server_version=v)
         rejected.append(r)
     # nothing fits the request as asked: fewer frames, then smaller frames, on each rung
     for r in rungs:
-        mf = _max_frames(r.spec, asked, gpu_list, sizes, host_available_gib, limit=asked.frames)
+        mf = _max_frames(r.spec, asked, gpu_list, sizes, host_available_gib, v, limit=asked.frames)
         if mf is not None and mf >= min(min_frames, asked.frames):
             req = replace(asked, frames=mf)
-            evaluate_rung(r, req, gpu_list, sizes, host_available_gib)
-            return Recommendation(spec=r.spec, request=req, asked=asked, plan=r.plan, label=r.label,
+            fit = _tried_at(r, req, gpu_list, sizes, host_available_gib, v)
+            return Recommendation(spec=fit.spec, request=req, asked=asked, plan=fit.plan, label=fit.label,
                                   reason=f"nothing fits {asked.frames} frames at {asked.width}x{asked.height}; "
                                          f"this is the fastest configuration that fits {mf} frames there",
-                                  rejected=rejected, notes=notes + r.plan.notes, warnings=list(r.warnings),
-                                  max_frames=mf, gpus=gpu_list, speed=r.speed)
+                                  rejected=rejected, notes=notes + fit.plan.notes, warnings=list(fit.warnings),
+                                  max_frames=mf, gpus=gpu_list, speed=fit.speed, server_version=v)
     for w, h in _smaller_sizes(family, asked):
         smaller = replace(asked, width=w, height=h)
         for r in rungs:
-            evaluate_rung(r, smaller, gpu_list, sizes, host_available_gib)
-            if r.fits:
-                return Recommendation(spec=r.spec, request=smaller, asked=asked, plan=r.plan, label=r.label,
+            fit = _tried_at(r, smaller, gpu_list, sizes, host_available_gib, v)
+            if fit.fits:
+                return Recommendation(spec=fit.spec, request=smaller, asked=asked, plan=fit.plan, label=fit.label,
                                       reason=f"nothing fits {asked.width}x{asked.height}; {w}x{h} is the largest "
                                              "size (same frames) that fits",
-                                      rejected=rejected, notes=notes + r.plan.notes, warnings=list(r.warnings),
-                                      max_frames=_max_frames(r.spec, smaller, gpu_list, sizes, host_available_gib),
-                                      gpus=gpu_list, speed=r.speed)
+                                      rejected=rejected, notes=notes + fit.plan.notes, warnings=list(fit.warnings),
+                                      max_frames=_max_frames(fit.spec, smaller, gpu_list, sizes, host_available_gib, v),
+                                      gpus=gpu_list, speed=fit.speed, server_version=v)
     leanest = rungs[-1] if rungs else None
     return Recommendation(spec=None, request=asked, asked=asked, plan=leanest.plan if leanest else None,
                           label="none", reason="even the leanest configuration (layerwise offload, tiled VAE) "
                           "does not fit these GPUs; the model's weights or host RAM are the limit",
-                          rejected=rejected, notes=notes, gpus=gpu_list)
+                          rejected=rejected, notes=notes, gpus=gpu_list, server_version=v)

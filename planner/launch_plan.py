@@ -4,13 +4,19 @@
 the Local Server node (through `ServingChoice.resolve`, from the Serving Config widgets) and
 the CLI's `argv`, `serve` and `generate` (from the launch options). It
 
-- selects the GPUs (`auto`, `all`, ids, or `count=N` = the first N visible);
+- refuses at once, before anything is probed or started, a local launch on a machine where
+  NVML says there is no NVIDIA GPU, or GPU ids this machine does not show (`require_gpus`),
+  naming the way out: a server on the GPU machine, used through Remote Server / `--url`;
+- selects the GPUs (`auto`, `all`, ids, or `count=N` = the first N visible; planner/gpus.py);
+- checks the server environment's vllm / vllm-omni pair (`versions.checked_server_version`: the
+  one place that decides which vLLM-Omni line will serve); that version is what the extra flags
+  are validated against and what the planner's memory and speed figures are calibrated for
+  (planner/calibration.py, planner/speed_costs.py: a 0.26 server is planned with 0.26's);
 - for `auto`, asks the memory planner for the fastest configuration that fits the GPUs this
-  machine shows (NVML, or VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB where NVML cannot see them);
-- checks the server environment's vllm / vllm-omni pair (`versions.checked_server_version`),
-  whose version the extra flags are validated against, then validates the spec;
-- wires the planner's step-down ladder as the supervisor's fallback, so an out-of-memory
-  failure is retried one rung leaner;
+  machine shows (NVML, or VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB where NVML cannot see them), then
+  validates the spec;
+- wires the planner's step-down ladder (same version) as the supervisor's fallback, so an
+  out-of-memory failure is retried one rung leaner;
 - carries the request limit: when even the leanest configuration does not fit the model's
   default request, the planner names a smaller one that does, and `RequestLimit.apply` uses
   it wherever the request asks for the model's value (0 or unset). A value the user set is
@@ -26,10 +32,11 @@ from ..errors import LauncherError, SpecError
 from ..server import versions
 from ..server.flags import Version
 from ..server.local_config import LocalConfig
+from ..server.platform_check import require_local_server_platform
 from ..server.settings import like, setting
 from ..server.spec import (CacheBackend, LaunchSpec, MemoryConfig, OffloadMode, ParallelConfig, ParallelMode,
-                           RuntimeConfig, parse_gpus)
-from .gpus import parse_gpu_memory, query_gpus, visible_indices
+                           RuntimeConfig)
+from .gpus import GpuScan, parse_gpu_memory, scan_gpus, select_gpus, visible_indices
 from . import replica_plan
 from .ladder import recommend
 from .memory import RequestShape
@@ -99,10 +106,11 @@ class ServingChoice:
                                "auto, lets the planner use it, last")
     vae_tiling: bool = like(MemoryConfig, "vae_tiling")
     cache_backend: CacheBackend = like(RuntimeConfig, "cache_backend")
-    compile: bool = setting(True, "torch.compile (upstream's default): a much slower start for slightly faster "
-                                  "steps (one H200, TI2V-5B 1280x704x121: ready in ~127 s compiled vs ~40 s eager "
-                                  "at 2.30-2.42 vs 2.42 s per step: it pays back only after hundreds of steps); "
-                                  "off = enforce_eager")
+    compile: bool = setting(True, "torch.compile (upstream's default): the server starts slower for slightly "
+                                  "faster steps. Measured on one H200: TI2V-5B at 1280x704x121 was ready in about "
+                                  "127 s compiled against 40 s eager, with no measurable gain per step; T2V-A14B at "
+                                  "832x480x81 was ready 24 s later and 0.3 s faster per step, which pays back after "
+                                  "about 80 steps. Off = enforce_eager")
     keep_alive_minutes: int = setting(0, "stop the server after this many idle minutes to free the GPUs "
                                          "(0 = keep it running); the next job starts it again", min=0, max=1440)
     auto_fallback: bool = setting(True, "on out-of-memory, step down to a leaner configuration and retry by itself")
@@ -132,51 +140,83 @@ class ServingChoice:
 
 def gpu_memory() -> tuple[list[int], list[float], str]:
     """(visible GPU ids, GiB each, where that came from). The env override wins over NVML."""
+    visible, sizes, source, _scan = _machine_gpus()
+    return visible, sizes, source
+
+
+def _machine_gpus() -> tuple[list[int], list[float], str, Optional[GpuScan]]:
+    """gpu_memory, and NVML's answer (None where the env override decided)."""
     if os.environ.get(GPU_MEMORY_ENV):
         sizes = parse_gpu_memory(os.environ[GPU_MEMORY_ENV])
-        return list(range(len(sizes))), sizes, f"GPU memory from {GPU_MEMORY_ENV}"
-    gpus, reason = query_gpus()
-    if not gpus:
-        return [], [], f"no GPU information ({reason})"
-    visible = set(visible_indices(len(gpus)))
-    chosen = [g for g in gpus if g.index in visible]
-    return [g.index for g in chosen], [g.total_gib for g in chosen], "GPUs from NVML"
+        return list(range(len(sizes))), sizes, f"GPU memory from {GPU_MEMORY_ENV}", None
+    scan = scan_gpus()
+    if not scan.gpus:
+        return [], [], f"no GPU information ({scan.reason})", scan
+    visible = set(visible_indices(len(scan.gpus)))
+    chosen = [g for g in scan.gpus if g.index in visible]
+    return [g.index for g in chosen], [g.total_gib for g in chosen], "GPUs from NVML", scan
 
 
-def select_gpus(text: str, visible: list[int]) -> Optional[tuple[int, ...]]:
-    """auto / all / '' -> None (every visible GPU); '0,1' -> (0, 1); count=N -> the first N visible."""
-    text = text.strip().lower()
-    if not text.startswith("count="):
-        return parse_gpus(text)
+NO_GPU = "no_gpu"       # the error kind of a local launch on a machine without an NVIDIA GPU
+# The way out when this machine cannot run the server: both refusals below name it.
+REMOTE_WAY_OUT = ("run the server on the GPU machine (`python -m vllm_omni_launcher serve --model MODEL` there) "
+                  "and use it from here: the Remote Server node in ComfyUI, or `generate --url URL` on the "
+                  "command line")
+
+
+def require_gpus(selected: Optional[tuple[int, ...]], visible: list[int], scan: Optional[GpuScan]) -> None:
+    """Refuse a local launch that cannot run here: NVML says this machine has no NVIDIA GPU, or the
+    selection names GPUs it does not show. Where NVML could not tell (no nvidia-ml-py, no
+    permission), nothing is refused: the server finds out itself."""
+    if scan is not None and scan.absent:
+        raise LauncherError("This machine has no NVIDIA GPU, so it cannot run a local vLLM-Omni server",
+                            scan.reason or "NVML found no GPU",
+                            f"{REMOTE_WAY_OUT}; if this machine does have GPUs that NVML cannot see, set "
+                            f"{GPU_MEMORY_ENV} to their sizes (e.g. 80 or 24,24)", setting="gpus", kind=NO_GPU)
+    missing = [g for g in selected or () if visible and g not in visible]
+    if missing:
+        raise SpecError(f"GPU {', '.join(map(str, missing))} is not on this machine",
+                        f"it shows {len(visible)} GPU(s): {', '.join(map(str, visible))}",
+                        f"select GPUs from {', '.join(map(str, visible))} (or all / count=N), or {REMOTE_WAY_OUT}",
+                        setting="gpus")
+
+
+def planning_version(config: LocalConfig) -> tuple[Optional[Version], str]:
+    """The vLLM-Omni line a plan that starts nothing is made for (`plan`; `generate` picking its model,
+    planner/auto_model.py), decided as a launch decides it (`versions.checked_server_version`), and "".
+    Where that check refuses the server environment (none set up on this machine, a missing or
+    mismatched pair): None, so the planner uses its pinned default and its text says so, and the
+    refusal's first sentence. A launch itself refuses such an environment (`resolve_launch`)."""
     try:
-        count = int(text.split("=", 1)[1])
-    except ValueError as exc:
-        raise SpecError(f"GPU count '{text}' is not a number", "expected count=N", "write e.g. count=2",
-                        setting="gpus") from exc
-    ids = visible or list(range(count))
-    if count > len(ids):
-        raise SpecError(f"{count} GPUs requested, {len(ids)} visible", "count=N takes the first N visible GPUs",
-                        f"use count={len(ids)} or fewer", setting="gpus")
-    return tuple(ids[:count])
+        return versions.checked_server_version(config), ""
+    except LauncherError as exc:
+        return None, exc.what
 
 
 def resolve_launch(base: LaunchSpec, config: LocalConfig, *, gpus: str = "all", auto: bool = False,
                    allow_fp8: bool = False, auto_fallback: bool = False,
-                   server_version: Optional[Version] = None, queued_jobs: int = 1, cfg: bool = True) -> LaunchPlan:
+                   server_version: Optional[Version] = None, queued_jobs: int = 1, cfg: bool = True,
+                   starts: bool = True) -> LaunchPlan:
     """The validated spec for these choices, planned when `auto`.
 
     base: the explicit settings (with `auto`, only its runtime, network and extra flags are kept).
     gpus: the GPU selection text (`select_gpus`); `base.gpus` is replaced by it.
-    server_version: the version to validate against; None checks the server environment's pair
-    (refusing a missing or mismatched one before anything starts).
+    server_version: the vLLM-Omni line to validate and plan for; None checks the server environment's
+    pair (refusing a missing or mismatched one before anything starts) and uses its line.
     queued_jobs: how many jobs the caller is about to queue (a batch); with `auto`, 2 or more on
     several GPUs makes the planner's text suggest replicas where one GPU fits the model.
     cfg: whether the jobs run CFG (`speed_costs.cfg_runs` of their guidance; True when unknown, as
     the server's default guidance is not 1). Without CFG, `auto` never picks CFG parallel (it
     would idle a GPU) and an explicit CFG-parallel choice gets a warning naming the better one.
+    starts: False for `argv`, which only prints the command (for another machine, say): the
+    GPUs of this one are then not required.
     """
-    visible, sizes, source = gpu_memory()
+    visible, sizes, source, scan = _machine_gpus()
     base = replace(base, gpus=select_gpus(gpus, visible))
+    if starts:
+        require_local_server_platform()      # native Windows first: its way out is WSL2
+        require_gpus(base.gpus, visible, scan)
+    version = versions.checked_server_version(config) if server_version is None else server_version
     text = ""
     limit: Optional[RequestLimit] = None
     spec = base
@@ -185,7 +225,8 @@ def resolve_launch(base: LaunchSpec, config: LocalConfig, *, gpus: str = "all", 
         chosen = sizes if base.gpus is None else [sizes[visible.index(g)] for g in base.gpus if g in visible]
         planner = replica_plan.recommend_for if base.replicas > 1 else recommend   # per replica, or one
         rec = planner(base, request=replace(RequestShape.default_for(base.family), cfg=cfg),
-                      gpus=chosen if os.environ.get(GPU_MEMORY_ENV) else None, allow_fp8=allow_fp8)
+                      gpus=chosen if os.environ.get(GPU_MEMORY_ENV) else None, allow_fp8=allow_fp8,
+                      server_version=version)
         if rec.spec is None:
             raise LauncherError("No serving configuration fits these GPUs", rec.reason,
                                 "use a smaller model (TI2V-5B), fewer frames or a smaller size, or more GPUs",
@@ -194,7 +235,7 @@ def resolve_launch(base: LaunchSpec, config: LocalConfig, *, gpus: str = "all", 
         ids = list(base.gpus or visible)
         if queued_jobs > 1 and len(ids) > 1:
             advice = replica_plan.replica_advice(spec, len(ids), queued_jobs,
-                                                 replica_plan.one_gpu_fits(base, ids[0], pool))
+                                                 replica_plan.one_gpu_fits(base, ids[0], pool, server_version=version))
             text += f"\n{advice}" if advice else ""
         if rec.reduced:
             req = rec.request
@@ -204,22 +245,24 @@ def resolve_launch(base: LaunchSpec, config: LocalConfig, *, gpus: str = "all", 
                      "values you set are sent as they are")
     elif auto:
         text = f"auto: {source}; starting on one GPU without offload (the planner needs GPU memory sizes)"
-    version = versions.checked_server_version(config) if server_version is None else server_version
     warnings = spec.validate(visible_gpus=len(visible) or None, version=version)
     warnings += [w for w in (idle_cfg_warning(spec, cfg),) if w]
     if spec.replicas > 1 and sizes and not auto:
-        misfits = replica_plan.plan_replicas(spec, list(spec.gpus or visible), pool=pool).misfits()
+        misfits = replica_plan.plan_replicas(spec, list(spec.gpus or visible), pool=pool,
+                                             server_version=version).misfits()
         warnings += [f"The memory plan says {m} does not fit: expect an out-of-memory start; parallel mode "
                      "auto plans each replica" for m in misfits]
 
     fallback: Optional[Fallback] = None
     if auto_fallback and sizes:
-        def fallback(failed: LaunchSpec, kind: str) -> Optional[tuple[LaunchSpec, str]]:
+        def leaner(failed: LaunchSpec, kind: str) -> Optional[tuple[LaunchSpec, str]]:
             ids = failed.gpus if failed.gpus is not None else tuple(visible)
             why = "oom_load" if kind == "oom_load" else "oom"
             if failed.replicas > 1:    # each replica steps down alike, on its own GPUs
                 return replica_plan.per_replica(failed, ids, lambda one, grp: step_down(
-                    one, why, [sizes[visible.index(i)] for i in grp if i in visible] or sizes))
+                    one, why, [sizes[visible.index(i)] for i in grp if i in visible] or sizes,
+                    server_version=version))
             mem = [sizes[visible.index(i)] for i in ids if i in visible] or sizes
-            return step_down(failed, why, mem)
+            return step_down(failed, why, mem, server_version=version)
+        fallback = leaner
     return LaunchPlan(spec, text, fallback, limit, warnings, version)

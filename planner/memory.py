@@ -26,10 +26,12 @@ and with how much to spare?" before any process starts. The estimate follows wha
   resolution before denoising (`pipeline_wan2_2_i2v.py`), a third phase.
 * Module offload swaps the text encoder and each DiT expert (only one of them on the GPU
   at a time, `offloader/sequential_backend.py:186-191`); layerwise offload streams DiT
-  blocks with about two resident per expert, the text encoder stays; FP8 halves the
-  DiT's linear weights (upstream marks Wan2.2 quantization unvalidated).
+  blocks with about two resident per expert (0.26 keeps the text encoder resident, 0.30 streams
+  its blocks too); FP8 halves the DiT's linear weights (upstream marks Wan2.2 quantization
+  unvalidated).
 
-The coefficients, and what fixed each, are in planner/calibration.py; the result types in
+The coefficients differ per vLLM-Omni line (`server_version`; the pinned 0.30 when not
+given): they, and what fixed each, are in planner/calibration.py; the result types in
 planner/memory_plan.py. All sizes are GiB (2**30 bytes); GPU "GB" (80 GB H100, 24 GB 4090)
 are GiB in practice.
 """
@@ -40,7 +42,7 @@ from typing import Any, Optional, Sequence, Union
 
 from ..models import WanFamily
 from ..server.spec import LaunchSpec
-from .calibration import CALIBRATION, TILE_PX
+from .calibration import TILE_PX, calibration_for
 from .gpus import GpuInfo, hypothetical_gpus, query_gpus
 from .memory_plan import GpuPlan, MemoryPlan, MemoryTerm
 from .model_sizes import BF16, GIB, ModelSizes, model_sizes
@@ -107,25 +109,26 @@ def _resolve_gpus(spec: LaunchSpec, gpus: GpuArg, nvml: Any = None) -> tuple[lis
 def plan(spec: LaunchSpec, request: Optional[RequestShape] = None, gpus: GpuArg = None, *,
          sizes: Optional[ModelSizes] = None, host_available_gib: Optional[float] = -1.0,
          nvml: Any = None, calibration: Optional[dict[str, float]] = None,
-         lora_adapter_gib: float = 0.0) -> MemoryPlan:
+         lora_adapter_gib: float = 0.0, server_version: Optional[tuple[int, int]] = None) -> MemoryPlan:
     """Estimate each GPU's peak for `spec` serving `request`.
 
     gpus: None (ask NVML), a list of GpuInfo, or a list of sizes in GiB (hypothetical cards).
     host_available_gib: -1 asks psutil when offload is on; None means unknown.
     lora_adapter_gib: the per-request PEFT adapter's GPU copy (server/loras.py: adapter_gpu_gib);
     fused LoRAs come from `spec.lora`.
+    server_version: the vLLM-Omni line the server runs ((0, 26), (0, 30)); None: the pinned default.
     """
     family = spec.family
     request = request or RequestShape.default_for(family)
     sizes = sizes or model_sizes(spec.model)
-    cal = dict(CALIBRATION, **(calibration or {}))
+    cal = dict(calibration_for(server_version), **(calibration or {}))
     placed, source = _resolve_gpus(spec, gpus, nvml)
     world = spec.parallel.world_size
     notes: list[str] = list(sizes.notes)
     plans = [_rank_plan(spec, request, sizes, family, rank, world, placed[rank], cal, notes, lora_adapter_gib)
              for rank in range(world)]
     fits: Optional[bool] = None if any(p.fits is None for p in plans) else all(p.fits for p in plans)
-    host = _host_ram(spec, sizes, host_available_gib) if spec.memory.offload != "none" else {}
+    host = _host_ram(spec, sizes, host_available_gib, cal) if spec.memory.offload != "none" else {}
     if host.get("ok") is False and fits:
         fits = False
         notes.append("host RAM is too small for the offloaded weights (pinned CPU copies)")
@@ -133,7 +136,7 @@ def plan(spec: LaunchSpec, request: Optional[RequestShape] = None, gpus: GpuArg 
         notes.append(source)
     _general_notes(spec, request, family, notes)
     return MemoryPlan(spec=spec, request=request, sizes=sizes, gpus=plans, fits=fits, host_ram=host,
-                      notes=_dedupe(notes), gpu_source=source)
+                      notes=_dedupe(notes), gpu_source=source, server_version=server_version)
 
 
 def _dedupe(items: list[str]) -> list[str]:
@@ -193,6 +196,11 @@ def _rank_plan(spec: LaunchSpec, req: RequestShape, sizes: ModelSizes, family: W
         terms.append(MemoryTerm("text encoder (module offload)", te, "text",
                                 "UMT5-XXL bf16, on the GPU only while encoding the prompt"))
         te_resident = 0.0
+    elif m.offload == "layerwise" and cal["layerwise_te_resident_fraction"] < 1.0:
+        te_resident = te * cal["layerwise_te_resident_fraction"]
+        terms.append(MemoryTerm("text encoder (layerwise offload)", te_resident, "resident",
+                                "UMT5-XXL bf16: its token embedding and a block on the GPU, the other blocks "
+                                "streamed from pinned host RAM (vLLM-Omni 0.30)"))
     else:
         te_resident = te
         terms.append(MemoryTerm("text encoder", te, "resident",
@@ -258,9 +266,9 @@ def _rank_plan(spec: LaunchSpec, req: RequestShape, sizes: ModelSizes, family: W
     # ---- VAE decode ---------------------------------------------------------------------
     decode, dec_note, tiled = _vae_decode_gib(req, sizes, family, spec, rank, cal)
     terms.append(MemoryTerm("VAE decode", decode, "decode", dec_note + " [measured on H200]"))
-    slack = cal["decode_server_slack"] * decode
+    slack = cal["decode_server_slack_tiled" if tiled else "decode_server_slack"] * decode
     terms.append(MemoryTerm("VAE decode allocator slack", slack, "decode",
-                            "reserved beyond the isolated decode in a serving process (fitted to H200 after-job memory)"))
+                            "reserved beyond the isolated decode in a serving process (fitted to H200 peaks)"))
     decode_reserved = decode + slack
     decode_total = decode_reserved + dit_swapped + workspace   # the DiT stays on the GPU after denoising
     carry = cal["decode_carry_tiled" if tiled else "decode_carry"]
@@ -337,10 +345,11 @@ def _vae_encode_gib(req: RequestShape, sizes: ModelSizes, spec: LaunchSpec, cal:
     return px_coef * h * w * req.batch / GIB + 2 * video, "untiled encode of the image + F-1 black frames"
 
 
-def _host_ram(spec: LaunchSpec, sizes: ModelSizes, available: Optional[float]) -> dict[str, Any]:
-    """Offload keeps pinned CPU copies: module offload of the swapped parts, layerwise of the DiT."""
+def _host_ram(spec: LaunchSpec, sizes: ModelSizes, available: Optional[float], cal: dict[str, float]) -> dict[str, Any]:
+    """Offload keeps pinned CPU copies: module offload of the swapped parts, layerwise of the DiT
+    (and, on 0.30, of the text encoder's streamed blocks)."""
     experts = _loaded_experts(spec, sizes)
-    wfrac = CALIBRATION["fp8_weight_fraction"] if spec.memory.quantization == "fp8" else 1.0
+    wfrac = cal["fp8_weight_fraction"] if spec.memory.quantization == "fp8" else 1.0
     dit = sum(sizes.dit_gib(i) * wfrac for i in experts)
     ranks = spec.parallel.world_size
     if spec.memory.offload == "module":
@@ -348,8 +357,9 @@ def _host_ram(spec: LaunchSpec, sizes: ModelSizes, available: Optional[float]) -
         need = (dit / tp + sizes.text_encoder_gib) * ranks
         what = "DiT experts and text encoder, per rank"
     else:
-        need = dit
-        what = "the DiT blocks"
+        streamed_te = sizes.text_encoder_gib * (1.0 - cal["layerwise_te_resident_fraction"])
+        need = dit + streamed_te
+        what = "the DiT blocks" + (" and the text encoder's blocks" if streamed_te > 0 else "")
     need += 4.0   # the server process itself (Python, CUDA host allocations)
     result: dict[str, Any] = {"needed_gib": round(need, 2), "what": what, "available_gib": None, "ok": None}
     if available == -1.0:

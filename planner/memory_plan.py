@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
 from ..server.spec import LaunchSpec
+from .calibration import calibration_label
 from .gpus import GpuInfo
 from .model_sizes import ModelSizes
 
@@ -78,6 +79,11 @@ class MemoryPlan:
     host_ram: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     gpu_source: str = ""
+    server_version: Optional[tuple[int, int]] = None     # the vLLM-Omni line calibrated for (None: pinned default)
+
+    @property
+    def calibration_text(self) -> str:
+        return calibration_label(self.server_version)
 
     @property
     def peak_gib(self) -> float:
@@ -102,13 +108,14 @@ class MemoryPlan:
             "min_headroom_gib": None if self.min_headroom_gib is None else round(self.min_headroom_gib, 3),
             "host_ram": self.host_ram,
             "notes": list(self.notes),
+            "calibration": self.calibration_text,
         }
 
     def text(self) -> str:
         fam = self.spec.family
         lines = [f"{fam.label}  {self.request.label()}  ({self.request.tokens(fam):,} tokens)",
                  f"flags: {shlex.join(self.spec.flags()[1:]) or '(single GPU, no memory flags)'}",
-                 f"sizes: {self.sizes.source}"]
+                 f"sizes: {self.sizes.source}", f"calibrated for: {self.calibration_text}"]
         for g in self.gpus:
             name = f"GPU {g.gpu.index} {g.gpu.name} ({g.gpu.available_gib:.1f} GiB " \
                    f"{'free' if g.gpu.free_gib is not None else 'total'})" if g.gpu else "GPU ?"

@@ -21,11 +21,13 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional, Sequence
 
 from ..errors import LauncherError, SpecError
+from ..server.flags import Version
 from ..server.spec import LaunchSpec
 from .gpus import GpuInfo, hypothetical_gpus, query_gpus
-from .ladder import GpuArg, Recommendation, recommend
+from .ladder import GpuArg, recommend
 from .memory import RequestShape, plan
 from .memory_plan import MemoryPlan
+from .recommendation import Recommendation
 
 
 def groups(ids: Sequence[int], replicas: int, per_replica: int) -> list[tuple[int, ...]]:
@@ -61,11 +63,12 @@ class ReplicaPlan:
 
 
 def plan_replicas(spec: LaunchSpec, ids: Sequence[int], request: Optional[RequestShape] = None,
-                  pool: Optional[list[GpuInfo]] = None) -> ReplicaPlan:
+                  pool: Optional[list[GpuInfo]] = None, server_version: Optional[Version] = None) -> ReplicaPlan:
     """The memory plan of each replica of `spec` on its share of `ids` (the server's GPUs)."""
     world = spec.parallel.world_size
     one = replace(spec, replicas=1)
-    plans = [plan(replace(one, gpus=grp), request, pool) for grp in groups(ids, spec.replicas, world)]
+    plans = [plan(replace(one, gpus=grp), request, pool, server_version=server_version)
+             for grp in groups(ids, spec.replicas, world)]
     return ReplicaPlan(spec, plans)
 
 
@@ -140,8 +143,8 @@ def replica_advice(spec: LaunchSpec, gpu_count: int, queued_jobs: int, one_gpu_f
 
 
 def one_gpu_fits(base: LaunchSpec, gpu_id: int, pool: Optional[list[GpuInfo]],
-                 request: Optional[RequestShape] = None) -> Optional[bool]:
+                 request: Optional[RequestShape] = None, server_version: Optional[Version] = None) -> Optional[bool]:
     """Whether one replica on one card fits without a parallel mode (as `recommend` plans it)."""
     one = replace(base, replicas=1, gpus=(gpu_id,), parallel=replace(base.parallel, mode="none", degree=1,
                                                                        vae_patch=1, hsdp=False))
-    return plan(one, request, pool).fits
+    return plan(one, request, pool, server_version=server_version).fits

@@ -1,8 +1,11 @@
 """Expected engine time of a configuration relative to one GPU without offload: what orders the ladder.
 
 `build_ladder` (planner/ladder.py) sorts its rungs (stably) by `speed_cost`, so "fastest that
-fits" follows measured costs rather than a fixed order. The numbers, and the runs they come
-from, are beside `SPEED_COSTS`; `cost_text` is how a rung's speed note says it.
+fits" follows measured costs rather than a fixed order. Per vLLM-Omni line: 0.30's costs are
+seconds in parts (`JobTimes`: denoise per step, text encode, VAE decode untiled or tiled), so
+they depend on the request's size and step count; 0.26's are the fixed factors of `SPEED_COSTS`.
+The numbers, and the runs they come from, are beside each; `cost_text` is how a rung's speed
+note says it.
 
 CFG parallel splits the two CFG branches over two GPUs, so its speed depends on the guidance
 the jobs run: `cfg_runs` is the one place that decides whether a job runs CFG, and the
@@ -11,11 +14,15 @@ note (`idle_cfg_warning`) all ask it.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Optional
 
-from ..server.spec import LaunchSpec
+from ..server.flags import Version
+from ..server.spec import LaunchSpec, MemoryConfig, ParallelConfig
+from .calibration import calibrated_line
+from .memory import RequestShape
 
-# Expected engine time of one job, relative to one GPU without offload or tiling (lower is faster).
+# vLLM-Omni 0.26: expected engine time of one job, relative to one GPU without offload or tiling (lower is faster).
 # Measured with the real vLLM-Omni 0.26 server on H200s (bench/results/h200-comfyui-e2e-vllm-omni-0.26/
 # B/calibration.json: TI2V-5B 1280x704x121, 4 steps, --enforce-eager, --vae-use-tiling each):
 #   engine time 33.5 s tiled / 32.2 s + layerwise / 44.1 s + module; s/step 2.42 / 2.42 / 2.48.
@@ -32,6 +39,42 @@ SPEED_COSTS: dict[str, float] = {
     "parallel_none": 1.0, "parallel_cfg": 1 / 1.98, "parallel_ulysses": 1 / 1.91,
     "parallel_ring": 1 / 1.91, "parallel_tensor": 1 / 1.5, "hsdp": 1.10,
 }
+
+
+@dataclass(frozen=True)
+class JobTimes:
+    """vLLM-Omni 0.30's job time in parts, MEASURED on one H200 through our Supervisor (TI2V-5B full size,
+    eager, CFG on, 4 steps; bench/results/h200-memory-vllm-omni-0.30/): the parts add up, so VAE tiling
+    (seconds per clip) and offload (a per-step factor and seconds per job) rank by what they really cost
+    at the request's size and step count rather than by a fixed factor."""
+
+    step_s_per_token: float = 3.67e-5      # s/step = a*T + b*T^2 (T tokens): 0.37 s at 8,190, 1.77 at 27,280
+    step_s_per_token2: float = 1.03e-9
+    decode_s_per_mpx_frame: float = 0.040  # untiled VAE decode: 4.3 s for 1280x704x121 (109 Mpx x frames)
+    tiled_decode_s_per_mpx_frame: float = 0.17   # tiled: 17.9-19.4 s there, 6-9 s at 832x480x81
+    offload_step: tuple[tuple[str, float], ...] = (("none", 1.0), ("layerwise", 1.006), ("module", 1.04))
+    text_encode_s: tuple[tuple[str, float], ...] = (("none", 0.1), ("layerwise", 0.34), ("module", 0.56))
+    # the rest of a job's difference to no offload (14.11 / 14.69 s against 13.36 s at 1280x704x121, 4 steps):
+    # layerwise's first blocks in, module's DiT swapped in for the denoise (over the H200's PCIe Gen5; a
+    # slower bus costs more)
+    offload_job_s: tuple[tuple[str, float], ...] = (("none", 0.0), ("layerwise", 0.4), ("module", 0.6))
+    no_cfg_step: float = 0.5               # one branch per step instead of two
+
+    def parts(self, spec: LaunchSpec, request: RequestShape, steps: int, cfg: bool) -> tuple[float, float]:
+        """(denoise seconds on one GPU, the rest: text encode + VAE decode) of one job with `spec`'s memory
+        settings; VAE patch parallel spreads the (tiled) decode over its ranks."""
+        tokens = request.tokens(spec.family)
+        step = (self.step_s_per_token * tokens + self.step_s_per_token2 * tokens ** 2) * (1.0 if cfg else self.no_cfg_step)
+        step *= dict(self.offload_step)[spec.memory.offload]
+        mpx_frames = request.width * request.height * request.frames * request.batch / 1e6
+        patch = spec.parallel.vae_patch if spec.parallel.world_size > 1 else 1
+        tiled = spec.memory.vae_tiling or patch > 1
+        decode = mpx_frames * (self.tiled_decode_s_per_mpx_frame if tiled else self.decode_s_per_mpx_frame) / patch
+        off = spec.memory.offload
+        return steps * step, dict(self.text_encode_s)[off] + dict(self.offload_job_s)[off] + decode
+
+
+JOB_TIMES_0_30 = JobTimes()
 
 
 def cfg_runs(guidance: Optional[float], guidance_2: Optional[float] = None) -> bool:
@@ -59,18 +102,24 @@ def idle_cfg_warning(spec: LaunchSpec, cfg: bool) -> str:
             "or to auto, which plans for the guidance the job runs")
 
 
-def speed_cost(spec: LaunchSpec, cfg: bool = True) -> float:
-    """Expected engine time of `spec` relative to one GPU without offload (from `SPEED_COSTS`),
-    for jobs that run CFG (`cfg`, see `cfg_runs`) or not: without CFG, CFG parallel runs at the
-    speed of one GPU while holding two."""
+def speed_cost(spec: LaunchSpec, cfg: bool = True, request: Optional[RequestShape] = None,
+               steps: Optional[int] = None, server_version: Optional[Version] = None) -> float:
+    """Expected engine time of `spec` relative to one GPU without offload or tiling, for jobs that run CFG
+    (`cfg`, see `cfg_runs`) or not: without CFG, CFG parallel runs at the speed of one GPU while holding two.
+
+    0.30 (the default line): `JOB_TIMES_0_30` at `request` (default: the family's size) and `steps` (default:
+    the family's), the parallel factors on the denoise loop only, so a tiled decode costs what it costs at
+    that size; before 0.30: the factors in `SPEED_COSTS`."""
     p, m = spec.parallel, spec.memory
     mode = "none" if p.mode == "cfg" and not cfg else p.mode
-    cost = SPEED_COSTS[f"offload_{m.offload}"] * SPEED_COSTS.get(f"parallel_{mode}", 1.0)
-    if p.hsdp or p.mode == "hsdp":
-        cost *= SPEED_COSTS["hsdp"]
-    if m.vae_tiling:
-        cost *= SPEED_COSTS["tiling"]
-    return cost
+    parallel = SPEED_COSTS.get(f"parallel_{mode}", 1.0) * (SPEED_COSTS["hsdp"] if p.hsdp or p.mode == "hsdp" else 1.0)
+    if calibrated_line(server_version) < (0, 30):
+        return SPEED_COSTS[f"offload_{m.offload}"] * parallel * (SPEED_COSTS["tiling"] if m.vae_tiling else 1.0)
+    req = request or RequestShape.default_for(spec.family)
+    n = steps or spec.family.steps
+    denoise, rest = JOB_TIMES_0_30.parts(spec, req, n, cfg)
+    base = sum(JOB_TIMES_0_30.parts(replace(spec, parallel=ParallelConfig(), memory=MemoryConfig()), req, n, cfg))
+    return (denoise * parallel + rest) / base
 
 
 def cost_text(cost: float) -> str:

@@ -11,13 +11,19 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional, Sequence
 
+from ..server.flags import Version
 from ..server.spec import LaunchSpec, ParallelConfig
 from .gpus import hypothetical_gpus
-from .ladder import Rung, build_ladder, evaluate_rung
+from .ladder import build_ladder, evaluate_rung
 from .memory import RequestShape, plan
 from .model_sizes import model_sizes
+from .recommendation import Rung
 
 FAILURE_KINDS = ("oom", "oom_load", "oom_denoise", "oom_decode", "oom_encode", "comm")
+# A leaner rung must lower the failing peak by at least this much to be worth a relaunch: the
+# estimates are good to a few hundred MiB (planner/calibration.py), so a smaller gain is noise,
+# and the server would most likely run out of memory again.
+MIN_GAIN_GIB = 0.25
 
 
 def _same_config(a: LaunchSpec, b: LaunchSpec) -> bool:
@@ -67,12 +73,14 @@ def _describe_change(old: LaunchSpec, new: LaunchSpec) -> str:
 
 def step_down(spec: LaunchSpec, failure_kind: str, gpus_memory_gb: Sequence[float],
               request_shape: Optional[RequestShape] = None, *, allow_fp8: bool = False,
-              host_available_gib: Optional[float] = -1.0) -> Optional[tuple[LaunchSpec, str]]:
+              host_available_gib: Optional[float] = -1.0,
+              server_version: Optional[Version] = None) -> Optional[tuple[LaunchSpec, str]]:
     """The next leaner spec after a failure, and one sentence saying what changed; None at the bottom.
 
     failure_kind: "oom" (phase unknown), "oom_load" (weights did not fit at startup),
     "oom_denoise", "oom_encode", "oom_decode" (VAE), or "comm" (NCCL / peer-to-peer failure).
     gpus_memory_gb: memory of each GPU the server may use (same order as spec.gpus).
+    server_version: the vLLM-Omni line of the server that failed (its memory figures and speed order).
     Keeps everything that is not parallelism or memory (model, port, runtime, extra flags).
     """
     if failure_kind not in FAILURE_KINDS:
@@ -83,7 +91,7 @@ def step_down(spec: LaunchSpec, failure_kind: str, gpus_memory_gb: Sequence[floa
         gpu_infos = [replace(g, index=i) for g, i in zip(gpu_infos, spec.gpus)]
     sizes = model_sizes(spec.model)
     current = plan(spec, request, [g for g in gpu_infos if spec.gpus is None or g.index in spec.gpus] or gpu_infos,
-                   sizes=sizes, host_available_gib=None)
+                   sizes=sizes, host_available_gib=None, server_version=server_version)
     cur_peak = max(g.torch_peak_gib for g in current.gpus)
     cur_phase_peak = {ph: max(g.phases.get(ph, 0.0) for g in current.gpus)
                       for ph in ("resident", "denoise", "decode", "encode")}
@@ -98,16 +106,17 @@ def step_down(spec: LaunchSpec, failure_kind: str, gpus_memory_gb: Sequence[floa
     if failure_kind == "comm":
         if spec.parallel.world_size == 1:
             return None
-        rungs, _ = build_ladder(base, gpu_infos, request, p2p=False, allow_fp8=allow_fp8)
+        rungs, _ = build_ladder(base, gpu_infos, request, p2p=False, allow_fp8=allow_fp8,
+                                server_version=server_version)
         for r in rungs:
             if r.spec.parallel.mode in ("none", "cfg") and r.spec.parallel.mode != spec.parallel.mode:
-                evaluate_rung(r, request, gpu_infos, sizes, host_available_gib)
+                evaluate_rung(r, request, gpu_infos, sizes, host_available_gib, server_version)
                 if r.fits:
                     return r.spec, (f"Switched to {r.label} ({_describe_change(spec, r.spec)}), because the GPUs "
                                     "failed to communicate; it needs little or no traffic between them.")
         return None
 
-    rungs, _ = build_ladder(base, gpu_infos, request, p2p=None, allow_fp8=allow_fp8)
+    rungs, _ = build_ladder(base, gpu_infos, request, p2p=None, allow_fp8=allow_fp8, server_version=server_version)
     idx = next((i for i, r in enumerate(rungs) if _same_config(r.spec, spec)), -1)
     phase = {"oom_load": "resident", "oom_denoise": "denoise", "oom_decode": "decode",
              "oom_encode": "encode"}.get(failure_kind)
@@ -115,13 +124,13 @@ def step_down(spec: LaunchSpec, failure_kind: str, gpus_memory_gb: Sequence[floa
     for i, r in enumerate(rungs):
         if i <= idx or _same_config(r.spec, spec) or not _no_regression(spec, r.spec):
             continue
-        evaluate_rung(r, request, gpu_infos, sizes, host_available_gib)
+        evaluate_rung(r, request, gpu_infos, sizes, host_available_gib, server_version)
         peak = max(g.torch_peak_gib for g in r.plan.gpus)
         if phase is not None:
             ph_peak = max(g.phases.get(phase, 0.0) for g in r.plan.gpus)
-            if ph_peak >= cur_phase_peak.get(phase, float("inf")) - 0.25:
+            if ph_peak >= cur_phase_peak.get(phase, float("inf")) - MIN_GAIN_GIB:
                 continue
-        elif peak >= cur_peak - 0.25:
+        elif peak >= cur_peak - MIN_GAIN_GIB:
             continue
         leaner.append(r)
     if not leaner:

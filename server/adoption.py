@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from . import probe, process_group, state_file, timeouts
+from . import port_owner, probe, process_group, state_file, timeouts
 from .failures import ServerFailure
 from .local_config import LocalConfig, default_data_dir
 from .server_run import RunningServer
@@ -47,6 +47,11 @@ def verified(st: state_file.ServerState) -> bool:
 
 def healthy(st: state_file.ServerState, served_name: str) -> bool:
     if probe.health(st.host, st.port, timeout=timeouts.ADOPT_HEALTH_S) != 200:
+        return False
+    try:                        # its key goes only to a listener of its own process group
+        if not port_owner.check_listener(probe.connect_host(st.host), st.port, st.pgid):
+            return False
+    except ServerFailure:
         return False
     names = probe.served_models(st.host, st.port, st.api_key, timeout=timeouts.ADOPT_MODELS_S)
     return names is not None and served_name in names

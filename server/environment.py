@@ -4,7 +4,8 @@ ComfyUI's own environment holds things the server must never see -- the launcher
 API keys (VLLM_OMNI_LAUNCHER_*), a VLLM_API_KEY meant for something else, ComfyUI's
 PYTHONPATH (which would shadow the server venv's packages) and whatever else the user's
 shell exports. So the child starts from an allow-list of the parent's variables (system
-basics, CUDA / NVIDIA / NCCL, Hugging Face, torch / Triton caches, VLLM_* tuning), then the
+basics, CUDA / NVIDIA / NCCL / NVSHMEM (e.g. NVSHMEM_DISABLE_NVLS=1, which hosts without NVLink
+multicast need), Hugging Face, torch / Triton caches, VLLM_* tuning), then the
 operator's `extra_env` from the local config, then the launch's own variables (the spec's
 CUDA_VISIBLE_DEVICES and the fresh per-launch VLLM_API_KEY).
 """
@@ -34,7 +35,7 @@ INHERITED_NAMES = frozenset({
 # Parent variables passed by prefix (VLLM_ minus the reserved names below).
 INHERITED_PREFIXES = (
     "LC_", "XDG_",
-    "CUDA_", "NVIDIA_", "NCCL_", "CUBLAS_", "CUDNN_", "GLOO_", "HIP_", "ROCM_", "ROCR_",
+    "CUDA_", "NVIDIA_", "NCCL_", "NVSHMEM_", "CUBLAS_", "CUDNN_", "GLOO_", "HIP_", "ROCM_", "ROCR_",
     "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "DIFFUSERS_",
     "TORCH_", "TORCHINDUCTOR_", "PYTORCH_", "TRITON_",
     "VLLM_",

@@ -19,6 +19,23 @@ OOM_DETAIL = re.compile(r"Tried to allocate ([\d.]+ [GM]iB)\.? GPU (\d+) has a t
 # vLLM tags each line with the process that printed it: "(APIServer pid=914) ", "(Worker pid=12) ".
 PID_PREFIX = r"\([A-Za-z_]+ pid=\d+\)\s*"
 PID_PREFIX_RE = re.compile(r"^\s*(?:" + PID_PREFIX + r")?")
+# The Hugging Face Hub cannot be reached (no network, DNS, a proxy, offline mode). huggingface_hub
+# logs each try of a download as "'[Errno -2] Name or service not known' thrown while requesting HEAD
+# https://huggingface.co/Wan-AI/Wan2.2-TI2V-5B-Diffusers/resolve/main/model_index.json" (then "Retrying
+# in 1s [Retry 1/5]."); httpx / requests name the failure "Temporary failure in name resolution",
+# "Failed to resolve", "Network is unreachable", "Connection refused" or a proxy/timeout error;
+# transformers and diffusers add "We couldn't connect to 'https://huggingface.co'"; vLLM's repo_utils
+# "Error retrieving file list: [Errno -2] Name or service not known". The host is the group `host`
+# or `host2` (HF_ENDPOINT may point at a mirror), matched only on a Hub URL (/resolve/, /api/);
+# `offline`: HF_HUB_OFFLINE is on and the files are not in the cache.
+_NET_FAILURE = (r"Name or service not known|Temporary failure in name resolution|Failed to resolve|"
+                r"nodename nor servname provided|Network is unreachable|No route to host|Connection refused|"
+                r"ProxyError|Tunnel connection failed|ConnectTimeout|Connection timed out|Max retries exceeded")
+HF_UNREACHABLE = re.compile(
+    r"(?:" + _NET_FAILURE + r")[^\n]*?https?://(?P<host>[^/\s'\"]+)/(?:[^\s'\"]*/resolve/|api/)|"
+    r"We couldn't connect to '?https?://(?P<host2>[^/\s'\"]+)|"
+    r"Error retrieving file list: [^\n]*?(?:" + _NET_FAILURE + r")|"
+    r"(?P<offline>OfflineModeIsEnabled[^\n]*|offline mode is enabled[^\n]*)")
 # upstream only warns when vllm and vllm-omni of different major.minor are installed together
 VERSION_MISMATCH = re.compile(r"mismatched major/minor versions")
 

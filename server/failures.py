@@ -23,10 +23,11 @@ DEVICES, GATED, MODEL_NOT_FOUND, PORT_IN_USE = "devices", "gated", "model_not_fo
 OMNI_MISSING, VERSION_MISMATCH, NCCL, IMPORT_ERROR = "omni_missing", "version_mismatch", "nccl", "import_error"
 BAD_ARGS, CONFIG, KILLED, TIMEOUT, HUNG, CRASH = "bad_args", "config", "killed", "timeout", "hung", "crash"
 EXECUTABLE, GPU_BUSY, CANCELLED = "executable", "gpu_busy", "cancelled"
+HF_UNREACHABLE = "hf_unreachable"
 
 # Failures that a restart of the same command would only repeat (never loop on these).
 PERMANENT = frozenset({DEVICES, GATED, MODEL_NOT_FOUND, OMNI_MISSING, IMPORT_ERROR, BAD_ARGS, CONFIG,
-                       EXECUTABLE, OOM_LOAD})
+                       EXECUTABLE, OOM_LOAD, HF_UNREACHABLE})
 
 
 class ServerFailure(LauncherError):
@@ -58,6 +59,12 @@ class Context:
     port_configured: bool = False
     ever_ready: bool = False          # the server answered /health during this launch
     exit_code: Optional[int] = None
+    log_path: str = ""                # the server's log file, which every start failure names
+
+
+def _with_log(fix: str, log_path: str) -> str:
+    """`fix` followed by where the whole server log is (the raw tail below is only its end)."""
+    return f"{fix.rstrip('.')}; the whole server log is {log_path}" if log_path else fix
 
 
 _Rule = Callable[[re.Match[str], Context], tuple[str, str, str, str, str]]   # kind, what, why, fix, setting
@@ -83,6 +90,24 @@ def _gated(m: re.Match[str], c: Context) -> tuple[str, str, str, str, str]:
             "the repository is gated or private and the server has no token that may read it",
             "accept the model's license on huggingface.co, then put HF_TOKEN in the launcher config's extra_env "
             "(or download the model yourself and select the local folder)", "model")
+
+
+def _hf_unreachable(m: re.Match[str], c: Context) -> tuple[str, str, str, str, str]:
+    host = m.group("host") or m.group("host2") or "the Hugging Face Hub"
+    model = c.model or "the model"
+    text = m.string
+    end = text.find("\n", m.end())
+    said = patterns.strip_pid_prefix(text[text.rfind("\n", 0, m.start()) + 1:end if end >= 0 else None]).strip()
+    said = said if len(said) <= 200 else said[:199] + "…"      # upstream's line, as it said it
+    why = (f"the server must download {model} (it is not complete in this machine's Hugging Face cache), and "
+           + (f"Hugging Face's offline mode is on ({said})" if m.group("offline") else
+              f"its requests to {host} failed ({said}): the machine is offline, behind a proxy, or its DNS does "
+              f"not resolve {host}"))
+    return (HF_UNREACHABLE, f"The server could not reach Hugging Face to download {model}", why,
+            f"download {model} where Hugging Face is reachable (huggingface-cli download {model}) and select the "
+            "local folder as the model, or copy it into this machine's Hugging Face cache and set HF_HUB_OFFLINE=1 "
+            "in the launcher config's extra_env; behind a mirror or a proxy, set HF_ENDPOINT (or HTTPS_PROXY) "
+            "there", "model")
 
 
 def _not_found(m: re.Match[str], c: Context) -> tuple[str, str, str, str, str]:
@@ -171,6 +196,8 @@ _RULES: tuple[tuple[re.Pattern[str], _Rule], ...] = (
                 r"model_index\.json[^\n]*(?:not found|No such file)|No such file or directory[^\n]*model_index\.json|"
                 r"requires an explicit model"), _not_found),
     (patterns.OOM, _oom),
+    # after OOM: a server that fell back to its cache after failed Hub requests can still run out of memory
+    (patterns.HF_UNREACHABLE, _hf_unreachable),
     (re.compile(r"Address already in use|\[Errno 98\]"), _port),
     (re.compile(r"NCCL error|ncclInternalError|ncclUnhandledCudaError|ncclSystemError|ncclInvalidUsage|"
                 r"ProcessGroupNCCL[^\n]*(?:[Tt]imeout|[Ee]rror)|NCCL WARN[^\n]*(?:failed|error)"), _nccl),
@@ -200,24 +227,27 @@ def classify(tail: Sequence[str], ctx: Context) -> ServerFailure:
         m = pattern.search(text)
         if m:
             kind, what, why, fix, setting = rule(m, ctx)
-            return ServerFailure(kind, what, why + note, fix, setting=setting, raw=raw, exit_code=ctx.exit_code)
+            return ServerFailure(kind, what, why + note, _with_log(fix, ctx.log_path), setting=setting, raw=raw,
+                                 exit_code=ctx.exit_code)
     code = ctx.exit_code
     if note:
         return ServerFailure(VERSION_MISMATCH, f"The vLLM-Omni server exited (code {code})",
                              "vLLM and vLLM-Omni in the server environment have different major/minor versions, "
                              "and upstream only warns about it before failing later",
-                             f"repair the server environment with `{SETUP_COMMAND}` (it pins the pair)",
-                             setting="server_env", raw=raw, exit_code=code)
+                             _with_log(f"repair the server environment with `{SETUP_COMMAND}` (it pins the pair)",
+                                       ctx.log_path), setting="server_env", raw=raw, exit_code=code)
     if code in (137, -9) or (text.rstrip().endswith("Killed")):
         return ServerFailure(KILLED, "The server was killed (SIGKILL)",
                              "the operating system's out-of-memory killer or another program ended it; "
                              "loading a model needs host RAM roughly the size of its weights",
-                             "free host memory (close other programs) or avoid CPU offload, which keeps "
-                             "weights in host RAM", setting="offload", raw=raw, exit_code=code)
+                             _with_log("free host memory (close other programs) or avoid CPU offload, which keeps "
+                                       "weights in host RAM", ctx.log_path), setting="offload", raw=raw,
+                             exit_code=code)
     stage = "after it was ready" if ctx.ever_ready else "while starting"
     return ServerFailure(CRASH, f"The vLLM-Omni server exited {stage} (exit code {code})",
-                         "its log does not match a known failure", "read the server's last lines below; "
-                         "if they name a setting, change it, else report them", raw=raw, exit_code=code)
+                         "its log does not match a known failure",
+                         _with_log("read the server's last lines below; if they name a setting, change it, else "
+                                   "report them", ctx.log_path), raw=raw, exit_code=code)
 
 
 def oom_job_error(tail: Sequence[str], ctx: Context) -> ServerFailure:
@@ -243,13 +273,14 @@ def explain_job_error(message: str) -> Optional[LauncherError]:
     return None
 
 
-def startup_timeout(timeout_s: float, phase_text: str, tail: Sequence[str], setting_hint: str) -> ServerFailure:
+def startup_timeout(timeout_s: float, phase_text: str, tail: Sequence[str], setting_hint: str,
+                    log_path: str = "") -> ServerFailure:
     minutes = timeout_s / 60
     return ServerFailure(TIMEOUT, f"The server did not become ready within {minutes:.0f} minutes",
                          f"it was still at: {phase_text}",
-                         f"if it is making progress (e.g. a large download), raise the startup timeout "
-                         f"({setting_hint}); otherwise read the last lines below", setting="startup_timeout_s",
-                         raw="\n".join(tail[-40:]))
+                         _with_log(f"if it is making progress (e.g. a large download), raise the startup timeout "
+                                   f"({setting_hint}); otherwise read the last lines below", log_path),
+                         setting="startup_timeout_s", raw="\n".join(tail[-40:]))
 
 
 def hung(seconds: float, tail: Sequence[str]) -> ServerFailure:

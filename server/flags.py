@@ -1,10 +1,13 @@
 """Knowledge about `vllm serve --omni` flags that is not in the launch spec's fields, and the check
 of a spec's extra flags against it (`check_extra_flags`).
 
-Three tables, each checked against the real 0.30 parser by the contract tests:
+Tables, each checked against the real 0.30 parser by the contract tests:
 - flags from blog posts that do not exist, with what to use instead;
+- flags blog posts use that exist but do not do what they say, or only in some versions (one
+  text per case, true for the server version the spec is checked against);
 - flags a workflow must never set (they come from the local machine's configuration);
 - extra flags a user may add, with the oldest vLLM-Omni version that has each.
+The README's table "Flags from blog posts that do not exist" says the same, flag by flag.
 """
 from __future__ import annotations
 
@@ -15,17 +18,47 @@ from ..errors import SpecError
 
 Version = tuple[int, int]
 
-# Flags that blog posts advertise but neither 0.26 nor 0.30 has
-# (docs/upstream-facts.md, "Flags that do not exist").
+# Flags that blog posts advertise but neither 0.26 nor 0.30 has: the real parser exits with
+# "unrecognized arguments" (docs/upstream-facts.md, "Flags that do not exist"). Each value is the
+# fix, a sentence that follows "remove it; ".
 NONEXISTENT_FLAGS: dict[str, str] = {
-    "--model-type": "nothing: the pipeline comes from the model's model_index.json "
-                    "(to force one, use --model-class-name WanPipeline|WanImageToVideoPipeline)",
-    "--mm-cache-capacity": "nothing for Wan (vLLM's --mm-processor-cache-gb is unrelated)",
-    "--no-enable-paged-attention": "nothing: Wan runs the dense attention mode by default",
-    "--enable-gradient-checkpointing": "nothing: it is a training option, not a serving flag",
-    "--max-num-batched-requests": "--max-num-seqs N with --request-batch-max-wait-ms",
-    "--num-gpus": "a parallel mode and degree (--num-gpus is accepted upstream but ignored: world size stays 1)",
-    "--stage-configs-path": "CLI flags (removed in vLLM-Omni 0.30; use --deploy-config on 0.30)",
+    "--model-type": "nothing replaces it: the pipeline comes from the model's model_index.json (to force one, "
+                    "add --model-class-name=WanPipeline or --model-class-name=WanImageToVideoPipeline)",
+    "--mm-cache-capacity": "nothing replaces it for Wan (vLLM's --mm-processor-cache-gb is unrelated)",
+    "--no-enable-paged-attention": "nothing replaces it: Wan runs dense attention by default",
+    "--enable-gradient-checkpointing": "nothing replaces it: it is a training option, not a serving flag",
+    "--max-num-batched-requests": "batch with --max-num-seqs=N and --request-batch-max-wait-ms=MS instead",
+}
+
+
+@dataclass(frozen=True)
+class MisleadingFlag:
+    """A flag the real parser has (in some versions) that a spec must not carry anyway."""
+
+    since_gone: "Version | None"   # the first version without it (None: every supported version has it)
+    present: tuple[str, str, str]  # what, why, fix where the server version has it
+    gone: tuple[str, str, str] = ("", "", "")   # what, why, fix where it does not
+
+    def text(self, version: "Version") -> tuple[str, str, str]:
+        return self.gone if self.since_gone is not None and version >= self.since_gone else self.present
+
+
+MISLEADING_FLAGS: dict[str, MisleadingFlag] = {
+    "--num-gpus": MisleadingFlag(None, (
+        "Flag --num-gpus does nothing in vLLM-Omni",
+        "the real `vllm serve --omni` accepts it and ignores it: the server still runs on one GPU (world size 1)",
+        "remove it; choose a parallel mode and degree instead (parallel mode ulysses with degree 2, or "
+        "--parallel ulysses=2)")),
+    "--stage-configs-path": MisleadingFlag((0, 30), present=(
+        "Flag --stage-configs-path cannot be an extra flag",
+        "vLLM-Omni 0.26 has it (deprecated), but it names a stage-config file, which a workflow must not choose, "
+        "and the launcher configures the stages with CLI flags itself",
+        "remove it; set what the file would set with the launcher's settings (parallel mode, offload, VAE tiling)"),
+        gone=("Flag --stage-configs-path was removed in vLLM-Omni 0.30",
+              "the server environment runs 0.30, whose parser exits with 'unrecognized arguments: "
+              "--stage-configs-path'",
+              "remove it; the launcher configures the stages with CLI flags (its settings: parallel mode, offload, "
+              "VAE tiling)")),
 }
 
 # Flags only the local machine's configuration may decide, never a workflow or extra flag.
@@ -103,9 +136,12 @@ def check_extra_flags(extra_flags: Sequence[str], version: Version) -> None:
         name, has_inline = raw.split("=", 1)[0], "=" in raw
         if name in NONEXISTENT_FLAGS:
             raise SpecError(f"Flag {name} does not exist in vLLM-Omni",
-                            "it comes from blog posts; the real `vllm serve --omni` exits with "
+                            "it comes from blog posts; the real `vllm serve --omni` (0.26 and 0.30) exits with "
                             f"'unrecognized arguments: {name}'",
-                            f"remove it; use {NONEXISTENT_FLAGS[name]}", setting="extra_flags")
+                            f"remove it; {NONEXISTENT_FLAGS[name]}", setting="extra_flags")
+        if name in MISLEADING_FLAGS:
+            what, why, fix = MISLEADING_FLAGS[name].text(version)
+            raise SpecError(what, why, fix, setting="extra_flags")
         if name in LOCAL_ONLY_FLAGS:
             raise SpecError(f"Flag {name} cannot be set from a workflow",
                             "a shared workflow must not choose network exposure, keys or remote code",
@@ -125,12 +161,15 @@ def check_extra_flags(extra_flags: Sequence[str], version: Version) -> None:
         if spec.takes_value:
             if has_inline:
                 value = raw.split("=", 1)[1]
-            elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+            elif i + 1 < len(args) and not args[i + 1].startswith("-"):
                 i += 1
                 value = args[i]
             else:
-                raise SpecError(f"Flag {name} needs a value", "it is not a switch",
-                                f"write it as {name}=VALUE", setting="extra_flags")
+                # What follows is a flag (`--api-key=x`, `-q`): it is never taken as this one's value, so it
+                # is checked as a flag itself and cannot slip past the tables above.
+                raise SpecError(f"Flag {name} needs a value", "it is not a switch"
+                                + (f", and {args[i + 1]} after it is a flag, not its value" if i + 1 < len(args)
+                                   else ""), f"write it as {name}=VALUE", setting="extra_flags")
             if spec.choices and value not in spec.choices:
                 raise SpecError(f"{name} {value} is not valid", f"allowed: {', '.join(spec.choices)}",
                                 f"use {name}={spec.choices[0]}", setting="extra_flags")

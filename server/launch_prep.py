@@ -62,8 +62,11 @@ def prepare(spec: LaunchSpec, config: LocalConfig, executable: list[str], data_d
     port = choose_port(spec.host, spec.port or config.port, preferred_port, should_stop)
     key: Optional[str] = secrets.token_urlsafe(32) if key_mode is True else (key_mode or None)
     command = spec.build(executable, port, key, trust_remote_code=config.trust_remote_code)
-    storage = Path(data_dir).expanduser() / "storage" / spec.fingerprint()
-    shutil.rmtree(storage, ignore_errors=True)     # a new server cannot serve the old jobs' files
+    # A new server cannot serve the old jobs' files: wipe its folder. storage/ is checked first (a real
+    # folder of ours: through a linked one the wipe would empty another program's folder); rmtree never
+    # follows a link at the folder itself, and private_dir then refuses one there.
+    storage = private_files.private_dir(data_dir, "storage") / spec.fingerprint()
+    shutil.rmtree(storage, ignore_errors=True)
     private_files.private_dir(data_dir, "storage", spec.fingerprint())
     env = server_environment(os.environ, config, {**command.env, STORAGE_ENV: str(storage), "PYTHONUNBUFFERED": "1"})
     return Launch(spec, command, port, storage, api_key=key, env=env)

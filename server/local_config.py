@@ -24,18 +24,20 @@ from dataclasses import MISSING, dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
+from urllib.parse import urlsplit
 
 from ..errors import LauncherError
 from .config_values import (NotConvertible, convert, did_you_mean, env_error, expected, file_error, shown,
                             type_word)
 from .environment import LAUNCHER_PREFIX, is_reserved_name
-from .redact import mask_env
+from .redact import mask_env, mask_url_password
 from .remote_servers import (ENV_SERVER_NAME, LEGACY_KEYS_KEY, REMOTE_KEY_VAR, REMOTE_URL_VAR, RemoteServer,
                              origin, remote_servers_from)
 from .server_env import locate_server_program
 from .settings import Setting, setting, settings_of
 
 ENV_PREFIX = LAUNCHER_PREFIX
+MACHINE_GPU_LOCK_DIR = "/tmp/vllm-omni-launcher-gpu-locks"     # one for every user: not TMPDIR, not the data dir
 CONFIG_FILE_NAME = "vllm_omni_launcher.json"
 __all__ = ["CONFIG_FILE_NAME", "ENV_PREFIX", "LocalConfig", "RemoteServer", "config_file_path", "config_reference",
            "default_data_dir", "key_setup_hint", "load_local_config", "origin"]
@@ -63,6 +65,19 @@ def _nonempty(value: Optional[str]) -> str:
 
 def _command(value: tuple[str, ...]) -> str:
     return "" if all(isinstance(part, str) and part for part in value) else "has an empty part"
+
+
+def _proxy_url(value: Optional[str]) -> str:
+    if value is None:
+        return ""
+    try:
+        parts = urlsplit(value.strip())
+        parts.port                      # noqa: B018 - raises on a bad port
+    except ValueError:
+        return "is not a URL like http://proxy:3128"
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
+        return "must be an http:// or https:// proxy URL like http://proxy:3128"
+    return ""
 
 
 def _env_names(value: Mapping[str, str]) -> str:
@@ -94,6 +109,11 @@ class LocalConfig:
         "", "logs (`logs/`, last 10 per server kept), state files, job storage",
         default_text="`user/vllm_omni_launcher` in ComfyUI, else `~/.cache/vllm-omni-launcher`",
         example="~/vllm-omni-data")
+    gpu_lock_dir: Optional[str] = setting(
+        None, "the folder where every launcher process of every user on this machine locks the GPUs its server "
+        "uses (one server per GPU); set the same folder for processes that do not share /tmp (a service with "
+        "systemd's PrivateTmp, a container)", default_text=f"`{MACHINE_GPU_LOCK_DIR}`", check=_nonempty,
+        example="/run/vllm-omni-gpu-locks")
     keep_alive_minutes: float = setting(0.0, "default idle stop; the node's value wins", default_text="0 (keep)",
                                          check=_not_negative, example=10)
     startup_timeout_s: Optional[float] = setting(None, "give up waiting for ready after this long",
@@ -108,11 +128,20 @@ class LocalConfig:
     max_batch_clips: int = setting(8, "most clips one Generate Batch node may ask for (prompts x batch_count): "
                                    "every decoded clip is held in memory until the node returns (TI2V-5B "
                                    "1280x704x121 is 1.3 GB)", check=_positive, example=16)
+    max_clip_memory_gib: Optional[float] = setting(
+        None, "most memory (GiB) one clip's decoded frames may take (ComfyUI's IMAGE, float32: 12 bytes per pixel "
+        "per frame, frame interpolation included); a larger request is refused before it is sent, so no workflow "
+        "decides how much the launcher allocates", default_text="a quarter of this machine's RAM",
+        check=_positive, example=32)
     replica_registration_host: str = setting(
         "127.0.0.1", "where `serve --accept-replicas PORT` binds the head's replica registration port and the "
         "sockets jobs travel on. UNAUTHENTICATED upstream: whoever reaches it can join as a replica and receive "
         "every prompt and image; set another address only on a network that only your GPU boxes share",
         check=_nonempty, example="10.0.0.5")
+    allow_public_replica_registration: bool = setting(
+        False, "let `replica_registration_host` be an address that is not private (not loopback, 10/8, "
+        "172.16/12, 192.168/16, 100.64/10, link-local or fc00::/7), or a wildcard; without it such a head is "
+        "refused. Set it only when a firewall already limits who reaches the registration and per-replica ports")
     replica_address: Optional[str] = setting(
         None, "`serve --join`: the address this box advertises to the head (`--omni-replica-address`)",
         default_text="upstream detects it", check=_nonempty, example="10.0.0.6")
@@ -125,6 +154,11 @@ class LocalConfig:
         "(or `\"api_key_env\": \"VAR\"`); a key is sent only to its server's origin. The variables name one server "
         f"called `{ENV_SERVER_NAME}`. Also read: `{LEGACY_KEYS_KEY}` `{{\"http://gpu-box:8091\": \"key\"}}` "
         "(by origin; `\"*\"` is refused)", env=None, env_doc=f"`{REMOTE_URL_VAR}` + `{REMOTE_KEY_VAR}`")
+    remote_proxy: Optional[str] = setting(
+        None, "HTTP(S) proxy for remote servers (`http://proxy:3128`, `http://user:pass@proxy:3128`); never used "
+        "for a server on this machine (loopback). The launcher never reads HTTP(S)_PROXY, ALL_PROXY or ~/.netrc "
+        "from the environment, so this is the only proxy it uses", check=_proxy_url,
+        default_text="none (remote servers are reached directly)", example="http://proxy:3128")
     extra_env: dict[str, str] = setting(
         {}, "extra environment for launched servers (e.g. `HF_HOME`, `HF_TOKEN`, `HF_HUB_OFFLINE`)", env=None,
         check=_env_names, example={"HF_HUB_OFFLINE": "1"})
@@ -140,6 +174,8 @@ class LocalConfig:
         """Field values with extra_env secrets masked and remote keys never shown."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values["extra_env"] = mask_env(self.extra_env)
+        if self.remote_proxy:
+            values["remote_proxy"] = mask_url_password(self.remote_proxy)
         return "LocalConfig(" + ", ".join(f"{name}={value!r}" for name, value in values.items()) + ")"
 
     def resolved_server_command(self) -> list[str]:
@@ -272,6 +308,11 @@ def _parsed(s: Setting, raw: Any, *, var: str = "", path: Optional[Path] = None)
 
 
 # ---- where things live ---------------------------------------------------------------------
+def default_gpu_lock_dir() -> str:
+    """The machine's GPU lock folder when the config names none (gpu_lock.py says why there)."""
+    return MACHINE_GPU_LOCK_DIR
+
+
 def default_data_dir() -> str:
     """Where logs, state files and job storage go when the config names no data_dir."""
     user = _comfy_user_dir()

@@ -3,7 +3,8 @@
 Each launch (every generation of every server) gets a new file named after the model,
 the spec fingerprint, the time and the generation, so a crash report can point at the
 exact run. The first line is ours: the argv and the environment additions, with the API
-key masked. The files are 0600 in a 0700 directory (they hold prompts and paths). Older
+key masked. The files are 0600 in a 0700 directory (they hold prompts and paths), never
+opened through a link (a linked `logs/` or log file is refused: private_files.py). Older
 files are deleted beyond LOGS_KEPT, except those of servers still running (of this or any
 other launcher process sharing the data dir: their state files name their logs).
 """
@@ -39,7 +40,11 @@ def open_log(data_dir: str, spec: LaunchSpec, generation: int, shown: Mapping[st
     env = ", ".join(f"{k}={v}" for k, v in shown["env"].items())
     header = (f"[vllm-omni-launcher] {time.strftime('%Y-%m-%d %H:%M:%S')} generation {generation}: "
               f"{' '.join(shown['argv'])} (env: {env})\n")
-    os.write(fd, header.encode())
+    try:
+        private_files.write_all(fd, header.encode(), path)
+    except BaseException:
+        os.close(fd)
+        raise
     return str(path), fd
 
 
@@ -57,6 +62,6 @@ def prune(directory: Path, in_use: set[str], kept: int = LOGS_KEPT) -> None:
 
 def _mtime(path: Path) -> float:
     try:
-        return path.stat().st_mtime
+        return path.lstat().st_mtime
     except OSError:
         return 0.0

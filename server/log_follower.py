@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import re
 import threading
 from collections import deque
 from typing import Callable, Optional
@@ -19,54 +20,70 @@ from .logwatch import bar_text, clean, strip_prefix
 
 ROTATE_AT_BYTES = 256 * 1024 * 1024
 ROTATED_KEEP_BYTES = 16 * 1024 * 1024
+READ_CHUNK_BYTES = 1024 * 1024
+MAX_SEGMENT_CHARS = 16 * 1024         # a longer line keeps this head; the rest is counted, not kept
+_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 class Splitter:
-    """Incremental UTF-8 decode and split on `\\r`, `\\n` and `\\r\\n`.
+    """Incremental UTF-8 decode and split on `\\r`, `\\n` and `\\r\\n`, in linear work.
 
     `feed` returns complete segments as (text, ends_line); the unfinished tail is kept and
     exposed by `pending` so a bar drawn without its trailing `\\r` yet can be read early.
+
+    Each character is looked at once (`scanned` counts them): the breaks are found by one regex
+    pass over the new text only, never over what an unfinished line already holds. A segment
+    keeps at most `max_chars` of its head; the rest is counted and said at its end (`cut_chars`
+    in all), so one endless line (32 MiB took 34 s of CPU when the tail was rescanned per read)
+    costs its length once and a bounded amount of memory.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_chars: int = MAX_SEGMENT_CHARS) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._buf = ""
+        self._max = max_chars
+        self._head = ""          # the unfinished segment's head (at most max_chars)
+        self._dropped = 0        # characters of the unfinished segment past its head
+        self._cr = False         # the last text ended with a lone \r: a \n may follow
+        self.scanned = 0
+        self.cut_chars = 0
 
     def feed(self, data: bytes, final: bool = False) -> list[tuple[str, bool]]:
-        self._buf += self._decoder.decode(data, final)
+        text = self._decoder.decode(data, final)
+        self.scanned += len(text)
+        if self._cr:
+            text, self._cr = "\r" + text, False
+        if text.endswith("\r") and not final:
+            text, self._cr = text[:-1], True
         out: list[tuple[str, bool]] = []
-        buf = self._buf
-        start = 0
-        i = 0
-        n = len(buf)
-        while i < n:
-            ch = buf[i]
-            if ch == "\n":
-                out.append((buf[start:i], True))
-                start = i + 1
-            elif ch == "\r":
-                if i + 1 < n:
-                    if buf[i + 1] == "\n":
-                        out.append((buf[start:i], True))
-                        i += 1
-                    else:
-                        out.append((buf[start:i], False))
-                    start = i + 1
-                elif final:
-                    out.append((buf[start:i], False))
-                    start = i + 1
-                else:
-                    break   # a lone \r at the end: wait to see whether \n follows
-            i += 1
-        self._buf = buf[start:]
-        if final and self._buf:
-            out.append((self._buf, True))
-            self._buf = ""
+        pos = 0
+        for m in _BREAK.finditer(text):
+            self._add(text, pos, m.start())
+            out.append((self._take(), m.group() != "\r"))
+            pos = m.end()
+        self._add(text, pos, len(text))
+        if final and (self._head or self._dropped):
+            out.append((self._take(), True))
         return out
+
+    def _add(self, text: str, start: int, end: int) -> None:
+        room = self._max - len(self._head)
+        if end - start > room:
+            self._dropped += end - start - max(room, 0)
+            end = start + max(room, 0)
+        if end > start:
+            self._head += text[start:end]
+
+    def _take(self) -> str:
+        text, dropped = self._head, self._dropped
+        self._head, self._dropped = "", 0
+        if dropped:
+            self.cut_chars += dropped
+            text += f" [... {dropped} more characters of this line cut by vllm-omni-launcher]"
+        return text
 
     @property
     def pending(self) -> str:
-        return self._buf.rstrip("\r")
+        return self._head
 
 
 def split_text(text: str) -> list[tuple[str, bool]]:
@@ -94,6 +111,7 @@ class LogFollower:
         self._peeked = ""
         self._interval = interval_s
         self._max_bytes = max_bytes
+        self.skipped_bytes = 0
         self._lock = threading.RLock()       # callbacks may ask for tail() while we parse
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -136,19 +154,19 @@ class LogFollower:
             pass
 
     def poll_once(self) -> bool:
-        """Read what is new; True when something was read."""
+        """Read what is new (at most READ_CHUNK_BYTES); True when something was read."""
         with self._lock:
             try:
-                size = os.path.getsize(self.path)
+                with private_files.open_read(self.path) as fh:      # never through a link
+                    size = os.fstat(fh.fileno()).st_size
+                    if size < self._offset:          # truncated by a rotation: start over
+                        self._offset = 0
+                    if size == self._offset:
+                        return False
+                    fh.seek(self._offset)
+                    data = fh.read(min(size - self._offset, READ_CHUNK_BYTES))
             except OSError:
                 return False
-            if size < self._offset:          # truncated by rotation: start over
-                self._offset = 0
-            if size == self._offset:
-                return False
-            with open(self.path, "rb") as fh:
-                fh.seek(self._offset)
-                data = fh.read(min(size - self._offset, 1024 * 1024))
             self._offset += len(data)
             for text, ends_line in self._splitter.feed(data):
                 self._emit(text, ends_line)
@@ -158,7 +176,7 @@ class LogFollower:
                 # tqdm leaves its newest redraw unterminated until the next one: show it now.
                 self._peeked = peek
                 self._on_segment(peek, False)
-            if self._offset > self._max_bytes and size == self._offset:
+            if size > self._max_bytes:
                 self._rotate()
             return True
 
@@ -183,21 +201,38 @@ class LogFollower:
             self._partial_line = text
 
     def _rotate(self) -> None:
-        """Copy-truncate a huge log: keep its last 16 MiB in `<log>.1` (0600, like the log:
-        it holds the same prompts and paths), empty the file.
+        """Copy-truncate a huge log: keep its last ROTATED_KEEP_BYTES in `<log>.1` (0600, like
+        the log: it holds the same prompts and paths), empty the file.
 
-        The server appends with O_APPEND, so after the truncation it simply continues at
-        offset 0 of the same file; everything up to now has already been parsed.
+        It runs on every read that finds the file past `max_bytes`, caught up or not, so a
+        server that writes faster than we parse (a flood) cannot grow the file past the bound
+        by more than it writes between two reads: what we had not parsed yet is skipped (and
+        counted, `skipped_bytes`, and said in the tail). The server appends with O_APPEND, so
+        after the truncation it continues at offset 0 of the same file. The few bytes it writes
+        between the copy and the truncation are lost: the price of rotating a file another
+        process holds open. The truncation happens even when the copy cannot be made (a full
+        disk, a link planted at `<log>.1`): the bound matters more than the copy.
         """
         try:
-            fd = private_files.open_private(self.path + ".1", private_files.REPLACE)
-            with os.fdopen(fd, "wb") as dst, open(self.path, "rb") as src:
-                src.seek(max(0, self._offset - ROTATED_KEEP_BYTES))
-                dst.write(src.read(ROTATED_KEEP_BYTES))
-            os.truncate(self.path, 0)
-            self._offset = 0
+            with private_files.open_read(self.path) as src:
+                end = os.fstat(src.fileno()).st_size
+                fd = private_files.open_private(self.path + ".1", private_files.REPLACE)
+                with os.fdopen(fd, "wb") as dst:
+                    src.seek(max(0, end - ROTATED_KEEP_BYTES))
+                    dst.write(src.read(ROTATED_KEEP_BYTES))
         except OSError:
-            pass
+            end = None
+        try:
+            if end is None:
+                end = os.path.getsize(self.path)
+            os.truncate(self.path, 0)
+        except OSError:
+            return
+        if end > self._offset:
+            self.skipped_bytes += end - self._offset
+            self._lines.append(f"[vllm-omni-launcher: {end - self._offset} bytes of server output skipped: the log "
+                               "grew faster than it could be read; the last part is in the rotated .1 file]")
+        self._offset = 0
 
     def tail(self, lines: int = 40) -> list[str]:
         with self._lock:
@@ -210,7 +245,7 @@ class LogFollower:
 def read_tail(path: str, max_bytes: int = 64 * 1024, lines: int = 40) -> list[str]:
     """The last display lines of a log file (for an adopted server or a post-mortem)."""
     try:
-        with open(path, "rb") as fh:
+        with private_files.open_read(path) as fh:
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
             fh.seek(max(0, size - max_bytes))

@@ -18,8 +18,9 @@ the source's identity (a hash of its header, size and mtime) and the strength, s
 choice reuses it and a changed source or strength makes a new one (and, being a new
 --lora-path, a new server fingerprint). It is written to a temporary name and renamed
 (atomic), private like everything under the data dir (0600 in a 0700 folder: the server runs
-as the same user). The newest `KEEP` copies are kept; older ones are removed when a new one is
-made, and reusing one marks it new again. A copy a server of ours uses is never removed, however
+as the same user; a link planted in its place is refused, never followed: private_files.py).
+The newest `KEEP` copies are kept; older ones are removed when a new one is made, and reusing
+one marks it new again. A copy a server of ours uses is never removed, however
 old: the supervisor restarts a crashed server from its spec (the same --lora-path), not through
 this module, so an evicted copy would turn a crash into a failed restart. Which copies are in
 use (`copies_in_use`): the specs in the state files (every running server of every launcher
@@ -47,7 +48,7 @@ from typing import Any, Callable, Iterable
 
 from ..errors import LauncherError
 from . import state_file
-from .private_files import REPLACE, open_private, private_dir
+from .private_files import existing_file, private_dir, replacing
 
 SCALED_SUFFIXES = (".lora_up.weight", ".lora_B.weight", ".lora_B.bias", ".diff", ".diff_b")
 SCALABLE_DTYPES = ("F64", "F32", "F16", "BF16")
@@ -119,7 +120,7 @@ def scaled_lora(source: Path, strength: float, data_dir: str) -> Path:
     stat = source.stat()
     identity = hashlib.sha256(f"{header.digest}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
     target = folder / f"{source.stem}-{identity}-x{strength:g}.safetensors"
-    if target.is_file():
+    if existing_file(target):        # a link planted there is refused, never followed
         os.utime(target)             # reused: newest again, so eviction keeps it
     else:
         _write_scaled(source, header, strength, target)
@@ -143,25 +144,16 @@ def _write_scaled(source: Path, header: SafetensorsHeader, strength: float, targ
                 "vllm_omni_launcher.strength": f"{strength:g}"}
     blob = json.dumps({"__metadata__": metadata, **header.tensors}, separators=(",", ":")).encode()
     blob += b" " * (-len(blob) % 8)                      # the data starts 8-byte aligned, as safetensors writes it
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    fd = open_private(tmp, REPLACE)
-    try:
-        with os.fdopen(fd, "wb") as out, open(source, "rb") as src:
-            out.write(len(blob).to_bytes(8, "little") + blob)
-            for name, info in sorted(header.tensors.items(), key=lambda item: item[1]["data_offsets"][0]):
-                begin, end = info["data_offsets"]
-                src.seek(header.data_start + begin)
-                data = src.read(end - begin)
-                if len(data) != end - begin:
-                    raise LauncherError(f"LoRA '{source.name}' is truncated", f"tensor {name} ends past the file",
-                                        "download the LoRA again", setting="lora_name")
-                out.write(_scale(data, info["dtype"], strength) if name.endswith(SCALED_SUFFIXES) else data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with open(source, "rb") as src, replacing(target, sync=True) as out:
+        out.write(len(blob).to_bytes(8, "little") + blob)
+        for name, info in sorted(header.tensors.items(), key=lambda item: item[1]["data_offsets"][0]):
+            begin, end = info["data_offsets"]
+            src.seek(header.data_start + begin)
+            data = src.read(end - begin)
+            if len(data) != end - begin:
+                raise LauncherError(f"LoRA '{source.name}' is truncated", f"tensor {name} ends past the file",
+                                    "download the LoRA again", setting="lora_name")
+            out.write(_scale(data, info["dtype"], strength) if name.endswith(SCALED_SUFFIXES) else data)
 
 
 def _scale(data: bytes, dtype: str, strength: float) -> bytes:
@@ -180,7 +172,7 @@ def _scale(data: bytes, dtype: str, strength: float) -> bytes:
 def _evict(folder: Path, keep: set[Path]) -> None:
     """Remove all but the newest `KEEP` scaled copies, never one in `keep` (the one just asked
     for, those servers use): those count towards the `KEEP`, and may exceed it."""
-    copies = sorted(folder.glob("*.safetensors"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    copies = sorted(folder.glob("*.safetensors"), key=lambda p: p.lstat().st_mtime_ns, reverse=True)
     kept = {p for p in copies if p.resolve() in keep}
     for old in [p for p in copies if p not in kept][max(0, KEEP - len(kept)):]:
         old.unlink(missing_ok=True)

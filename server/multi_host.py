@@ -8,7 +8,8 @@ A Supervisor runs one of three roles (docs/replicas.md, section 7):
   flags, so replicas on other machines can register on PORT:
   `--stage-id 0 --omni-master-address HOST --omni-master-port PORT --omni-lb-policy round-robin`.
   HOST is the local config's `replica_registration_host` (loopback unless the operator chose
-  otherwise: the port is unauthenticated upstream). The head's own replicas come from
+  otherwise: the port is unauthenticated upstream, so a HOST that is not private is refused
+  unless the config allows it: replica_network.py). The head's own replicas come from
   `--omni-dp-size-local` (a `num_replicas` stage override is overwritten on a head). Round-robin,
   because the queue lengths `least-queue-length` reads are heartbeats up to 5 s old, and a
   video job is one long request. Watched for the wedge (wedge_watch.StallPolicy).
@@ -32,12 +33,13 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import os
 import socket
 import time
 from typing import TYPE_CHECKING, Callable, Optional
 
 from ..errors import LauncherError
-from . import failures, gpu_lock, probe, replicas
+from . import failures, gpu_lock, private_files, probe, replica_network, replicas
 from .failure_patterns import REPLICA_REGISTERED
 from .failures import ServerFailure
 from .launch_prep import Launch
@@ -161,15 +163,18 @@ class HeadRole(ServerRole):
         if not 0 < port < 65536:
             raise LauncherError(f"--accept-replicas {port} is not a TCP port", "ports are 1..65535",
                                 "use e.g. --accept-replicas 29555", setting="--accept-replicas")
+        replica_network.check_registration_host(config.replica_registration_host,
+                                                config.allow_public_replica_registration)
+        replica_network.check_no_vllm_port(config.extra_env, os.environ)
         return cls(config.replica_registration_host, port, config.head_stall_timeout_s)
 
     def warnings(self) -> list[str]:
         if self.host in LOOPBACK:
             return [f"Replicas can register on {self.host}:{self.port} only from this machine; to accept other "
                     "machines set replica_registration_host in the launcher config (read the security note first)"]
-        return [f"The replica registration port {self.host}:{self.port} has NO authentication: anyone who reaches "
-                "it can join as a replica and receive every prompt and image. Keep it on a network only your GPU "
-                "boxes share."]
+        return [f"The replica registration port {self.host}:{self.port} (and the head's per-replica ports on "
+                f"{self.host}) has NO authentication: anyone who reaches it can join as a replica and receive every "
+                "prompt and image. Keep it on a network only your GPU boxes share."]
 
     def adapt(self, launch: Launch) -> Launch:
         argv = _role_argv(launch.spec, list(launch.command.argv))
@@ -315,10 +320,13 @@ class HeadlessRun(ServerRun):
         return True     # no /health: the process watch and the head watch (JoinRole.watch) cover it
 
     def _give_up(self, why: str) -> None:
+        text = f"vllm-omni-launcher: {why} while this replica started; stopping it so that it registers again\n"
         try:
-            with open(self.log_path, "a", encoding="utf-8") as fh:
-                fh.write(f"vllm-omni-launcher: {why} while this replica started; stopping it so that it "
-                         "registers again\n")
+            fd = private_files.open_private(self.log_path)        # appends, never through a link
+            try:
+                private_files.write_all(fd, text.encode(), self.log_path)
+            finally:
+                os.close(fd)
         except OSError:
             pass
         self.stop(graceful=False, timeout=5.0)

@@ -1,8 +1,9 @@
 """Tiny HTTP checks against the local server: /health and /v1/models; free ports.
 
 They go through the client's one HTTP layer (client/transport.py), so they have its deadlines
-and error handling, with one short try each and never through HTTP(S)_PROXY: a proxy in
-front of the server we started would turn a healthy server into a timeout. A refused
+and error handling, with one short try each and never through a proxy (the transport takes none
+from the environment, and is given none here): a proxy in front of the server we started would
+turn a healthy server into a timeout. A refused
 connection (the normal state while vLLM loads, since it serves nothing before the model is
 warm) returns at once.
 """
@@ -30,7 +31,7 @@ def url_for(host: str, port: int) -> str:
 def _get(host: str, port: int, path: str, api_key: Optional[str], timeout: float) -> Optional[Reply]:
     """One short GET of our own server, any status; None when nothing answered in time."""
     limits = Deadlines(connect_s=timeout, first_byte_s=timeout, body_s=timeout)
-    with Transport(url_for(host, port), api_key, deadlines=limits, retry=ONE_TRY, trust_env=False) as http:
+    with Transport(url_for(host, port), api_key, deadlines=limits, retry=ONE_TRY) as http:
         try:
             return http.request("GET", path, what=f"Probing {path}", ok=lambda status: True)
         except LauncherError:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import urlsplit
 
+from ..client.hosts import numeric_ipv4
 from ..errors import LauncherError
 from .config_values import did_you_mean, env_error, file_error, shown
 from .environment import LAUNCHER_PREFIX
@@ -37,6 +38,9 @@ _HOSTNAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
 def origin(url: str) -> str:
     """'http://host:port' for `url`: scheme and host lowercased, a trailing dot dropped,
     non-ASCII hosts IDNA-encoded as requests does, IPv6 in brackets, the default port filled.
+    An IPv4 address must be written as its dotted quad: the shorthand and hex/octal spellings the
+    resolver also reads ("127.1", "0x7f.1", "2130706433") are refused, so one address has one
+    origin and a key can never be aimed at a server through another spelling of it.
     Path, query and fragment are ignored. A URL with a user name or password, no http(s)
     scheme, or no valid host raises LauncherError(setting="url")."""
     text = url.strip() if isinstance(url, str) else ""
@@ -81,6 +85,10 @@ def _split_host_port(url: str, netloc: str) -> tuple[str, str]:
             host = idna.encode(host, uts46=True).decode("ascii")
         except idna.IDNAError as exc:
             raise _bad_url(url, f"host '{host}' is not a valid internationalised name") from exc
+    numeric = numeric_ipv4(host)         # "127.1", "0x7f.1": an address the resolver reads there
+    if numeric is not None and numeric != host:
+        raise _bad_url(url, f"'{host}' is not a valid IPv4 address as written: the resolver would read it as "
+                       f"{numeric}, so it would name that address under another spelling; write {numeric}")
     if host and all(label.isdigit() for label in host.split(".")):
         try:
             return str(ipaddress.IPv4Address(host)), port_text

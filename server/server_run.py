@@ -9,7 +9,10 @@ lets a later ComfyUI adopt it. A run is either spawned from a prepared launch
 Readiness: vLLM-Omni binds its port early but serves nothing until the model is loaded and
 warm, so ready means `/health` answers 200 and `/v1/models` lists the served name. The wait
 polls every 0.1 s (0.02 s once the log says the HTTP server is coming up) and checks the
-child, the deadline and the cancel request on every round.
+child, the deadline and the cancel request on every round. `/v1/models` carries the launch key,
+so before it the listener on the port must be proved to be the server's own process group
+(port_owner.py; once per generation: a socket proved ours is known by its inode); another
+program there ends the launch with its name, and is sent nothing keyed.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from . import failures, log_files, probe, process_group, state_file, timeouts
+from . import failures, log_files, port_owner, probe, process_group, state_file, timeouts
 from .cancel_wait import ShouldCancel
 from .failures import LaunchCancelled
 from .launch_prep import Launch
@@ -53,6 +56,7 @@ class ServerRun:
         self._data_dir = data_dir
         self._fast = False
         self._wake = threading.Event()
+        self._own_listeners: frozenset[int] = frozenset()   # listening socket inodes proved ours
 
     @classmethod
     def spawn(cls, launch: Launch, generation: int, data_dir: str, on_segment: OnSegment,
@@ -138,10 +142,20 @@ class ServerRun:
         return probe.health(self.spec.host, self.port, timeout=timeout) == 200
 
     def answers(self) -> bool:
-        if not self.healthy(timeouts.HEALTH_PROBE_S):
+        if not self.healthy(timeouts.HEALTH_PROBE_S) or not self.listener_is_ours():
             return False
         names = probe.served_models(self.spec.host, self.port, self._api_key, timeout=timeouts.MODELS_PROBE_S)
         return names is not None and self.spec.served_name in names
+
+    def listener_is_ours(self) -> bool:
+        """Whether what listens on the port is this run's process group (False: nothing listens
+        yet). Raises port_owner's ServerFailure, naming the holder, when another program does."""
+        proc = self._proc
+        if proc is None:
+            return False
+        self._own_listeners = port_owner.check_listener(probe.connect_host(self.spec.host), self.port, proc.pgid,
+                                                        self._own_listeners)
+        return bool(self._own_listeners)
 
     def wait_ready(self, budget: float, cancel: ShouldCancel, tick: Callable[[], None],
                    phase_text: Callable[[], str], context: Callable[[Optional[int]], failures.Context]) -> None:
@@ -161,9 +175,13 @@ class ServerRun:
                 if code is not None:
                     raise failures.classify(tail, context(code))
                 hint = "'startup_timeout_s' in the launcher config or VLLM_OMNI_LAUNCHER_STARTUP_TIMEOUT_S"
-                raise failures.startup_timeout(budget, text, tail, hint)
-            if self.answers():
-                break
+                raise failures.startup_timeout(budget, text, tail, hint, log_path=self.log_path)
+            try:
+                if self.answers():
+                    break
+            except failures.ServerFailure:       # another program holds the port: stop ours, say so
+                self.stop(graceful=False, timeout=timeouts.REPLACE_STOP_S)
+                raise
             tick()
             self._wake.wait(timeouts.FAST_POLL_S if self._fast else timeouts.READY_POLL_S)
         proc = self._proc

@@ -6,14 +6,13 @@ is needed to prove a process is that server before touching it (pid, process gro
 create times, the exact argv) and to reuse it (port, spec fingerprint, API key, log path).
 
 The API key of a server is stored here so an adopted server stays usable. The file is
-created 0600 inside a 0700 directory, written atomically, and deleted when the server
-stops; anyone who can read it could also read the server's /proc environment.
+created 0600 inside a 0700 directory (never through a link: private_files.py), written
+atomically, and deleted when the server stops; anyone who can read it could also read the
+server's /proc environment.
 """
 from __future__ import annotations
 
 import json
-import os
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -21,6 +20,7 @@ from typing import Any, Optional
 from . import private_files
 
 VERSION = 1
+MAX_BYTES = 1 << 20                # a state file is a few KiB; a larger one is not ours
 
 
 @dataclass
@@ -58,20 +58,10 @@ def path_for(data_dir: str, pgid: int) -> Path:
 
 
 def write(data_dir: str, state: ServerState) -> Path:
-    """Write atomically with 0600 permissions (the file holds the API key)."""
+    """Write atomically with 0600 permissions (the file holds the API key), never through a link."""
     target = path_for(data_dir, state.pgid)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
-    fd = private_files.open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(asdict(state), fh)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with private_files.replacing(target) as out:
+        out.write(json.dumps(asdict(state)).encode())
     return target
 
 
@@ -83,14 +73,17 @@ def remove(data_dir: str, pgid: int) -> None:
 
 
 def read(path: Path) -> Optional[ServerState]:
+    """The state in `path`; None for anything we did not write (a link, another owner, a mode
+    open to others: never trust it) or cannot parse."""
+    raw = private_files.read_private(path, MAX_BYTES)
+    if raw is None:
+        return None
     try:
-        if path.stat().st_mode & 0o077:
-            return None            # not written by us (or tampered with): never trust it
-        data = json.loads(path.read_text())
-        if data.get("version") != VERSION:
+        data = json.loads(raw)
+        if not isinstance(data, dict) or data.get("version") != VERSION:
             return None
         return ServerState(**data)
-    except (OSError, ValueError, TypeError):
+    except (ValueError, TypeError):
         return None
 
 

@@ -326,7 +326,7 @@ class Supervisor(LogEvents, Recovery):
         if held is not None and held.held and held.gpus == wanted:
             return
         self._release_gpus()
-        self._gpus = gpu_lock.acquire(self._data_dir, wanted, gpu_lock.Holder.this_process(spec.served_name))
+        self._gpus = gpu_lock.acquire(self.config.gpu_lock_dir, wanted, gpu_lock.Holder.this_process(spec.served_name))
 
     def _release_gpus(self) -> None:
         held, self._gpus = self._gpus, None
@@ -339,7 +339,7 @@ class Supervisor(LogEvents, Recovery):
         return failures.Context(model=spec.model, gpus=gpu_lock.describe(spec.gpus),
                                 world_size=spec.parallel.world_size, port=port,
                                 port_configured=bool(spec.port or self.config.port), ever_ready=ever_ready,
-                                exit_code=exit_code)
+                                exit_code=exit_code, log_path=getattr(run, "log_path", "") or "")
 
     # ---- stop --------------------------------------------------------------------------
     def request_stop(self) -> None:

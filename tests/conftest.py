@@ -16,6 +16,8 @@ sys.path.insert(0, str(TESTS / "contract"))  # frame_code, stubserver
 import stubserver  # noqa: E402
 import xdist_groups  # noqa: E402
 
+from vllm_omni_launcher.server import local_config  # noqa: E402
+
 SERVER_ENV_MISSING = (
     f"needs the server environment (vllm + vllm-omni): {stubserver.ENV_VAR} is not set; "
     "point it at that venv's python (bash tests/run.sh builds .venv-server and sets it)")
@@ -37,6 +39,12 @@ def _isolated_launcher_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatc
     base = tmp_path_factory.getbasetemp()
     monkeypatch.setenv("VLLM_OMNI_LAUNCHER_CONFIG", str(base / "no-config.json"))
     monkeypatch.setenv("VLLM_OMNI_LAUNCHER_DATA_DIR", str(base / "launcher-data"))
+    # The GPU lock is machine-wide (/tmp/vllm-omni-launcher-gpu-locks): each test gets its own, so that
+    # xdist workers' stub servers on "GPU 0" never meet, nor the developer's own ComfyUI. The variable
+    # reaches launcher subprocesses; the default covers configs a test builds without the setting.
+    locks = str(tmp_path_factory.mktemp("gpu-locks"))
+    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_GPU_LOCK_DIR", locks)
+    monkeypatch.setattr(local_config, "default_gpu_lock_dir", lambda: locks)
     # The default server environment lives under XDG_DATA_HOME: one made by `setup` on a developer's
     # machine must not turn the "cannot find the server program" tests into something else.
     monkeypatch.setenv("XDG_DATA_HOME", str(base / "xdg-data"))

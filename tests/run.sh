@@ -8,20 +8,28 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
 
-if ! command -v uv >/dev/null 2>&1; then
-  python3 -m pip install -q uv
-fi
-
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e ".[test]" "torch==2.13.0"
 
+# uv builds the server environment in under a minute (pip takes several). Where none is on
+# PATH it is installed inside .venv, never into the machine's python, and only `setup` below
+# sees it (through .venv/tools, which holds uv alone: .venv/bin's python must not shadow the
+# interpreter create_server_env.sh picks for the server).
+setup_path="$PATH"
+if ! command -v uv >/dev/null 2>&1; then
+  .venv/bin/python -m pip install -q uv
+  mkdir -p .venv/tools
+  ln -sf ../bin/uv .venv/tools/uv
+  setup_path="$root/.venv/tools:$PATH"
+fi
+
 # The server environment is made the way the README tells users: `setup` (which runs
 # server/create_server_env.sh when needed, then checks the pair and torch): CI thereby tests
 # the first-run path from scratch against the real pinned upstream.
-VLLM_OMNI_LAUNCHER_CONFIG="$root/.pytest_cache/no-config.json" \
+PATH="$setup_path" VLLM_OMNI_LAUNCHER_CONFIG="$root/.pytest_cache/no-config.json" \
   .venv/bin/python -m vllm_omni_launcher setup --path "$root/.venv-server"
 
 # uv installs no bytecode, and with PYTHONDONTWRITEBYTECODE set none is ever written: then

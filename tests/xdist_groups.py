@@ -55,7 +55,7 @@ KNOWN_COST_S: dict[str, float] = {
     _SUP + "test_left_behind_servers_are_adopted_or_stopped": 55,
     _SUP + "test_cancel_while_loading_stops_everything_within_2s": 40,
     _SUP + "test_server_dies_with_its_sigkilled_owner": 40,
-    _SUP + "test_serve_cli_runs_until_sigint_and_leaves_nothing": 40,
+    _SUP + "test_serve_cli_notifies_systemd_and_its_sigterm_stop_leaves_nothing_to_kill": 40,
     _C + "test_replicas_supervised.py::test_a_dead_replica_restarts_the_server_and_stop_leaves_nothing": 120,
     _C + "test_join_head.py": 670,
     _C + "test_nodes_stub.py::test_cancel_deletes_the_job_and_restarts_a_server_still_busy": 60,

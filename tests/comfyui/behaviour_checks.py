@@ -38,6 +38,7 @@ STEP_S = 0.5            # the stub's seconds per denoise step: long enough to se
 LOAD_DELAY_S = 900.0    # the slow stub's weight loading: a launch that never finishes by itself
 MID_DENOISE_PNG = "generate_mid_denoise.png"
 MID_LAUNCH_PNG = "local_server_mid_launch.png"
+DOCTOR_PNG = "doctor_node.png"
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 JOB_LINE = re.compile(r'"POST /v1/videos HTTP/1\.[01]" \d{3}')   # uvicorn's access log, one per job
@@ -362,11 +363,13 @@ def _wait_idle(comfy: ComfyUI, timeout: float) -> None:
         time.sleep(0.2)
 
 
-DOCTOR_DONE = re.compile(r"\d+ problem\(s\), \d+ check\(s\) could not run")
+DOCTOR_DONE = re.compile(r"\d+ problem\(s\), \d+ warning\(s\), \d+ check\(s\) could not run")
+DOCTOR_VERDICT = re.compile(r"^(?:OK|FAIL): .{0,40}\n")     # the report's first line, short (the node's default size)
 
 
-def check_text_nodes_in_browser(comfy: ComfyUI) -> dict:
-    """Queue Doctor and Server Status from the page: their reports appear on the nodes in the front end."""
+def check_text_nodes_in_browser(comfy: ComfyUI, png: Optional[Path] = None) -> dict:
+    """Queue Doctor and Server Status from the page: their reports appear on the nodes in the front end,
+    the Doctor's verdict first; with `png`, a screenshot of the nodes at their default size and zoom 1."""
     with browser_page(comfy.url) as (page, _console):
         _open_graph(page, None, "")
         ids = page.evaluate("""() => {
@@ -385,11 +388,21 @@ def check_text_nodes_in_browser(comfy: ComfyUI) -> dict:
         _wait_idle(comfy, 60)
         texts = [e[2] for e in page.evaluate("() => window.__vllmEvents") if e[0] == "progress_text"]
         status = page.evaluate(NODE_VIEW_JS, ids[1])
+        size = None
+        if png is not None:
+            page.evaluate("() => { const c = app.canvas; c.ds.scale = 1; c.ds.offset = [0, 0]; "
+                          "c.setDirty(true, true); }")
+            page.wait_for_timeout(300)
+            size = save_png(page, png)
+        node_size = page.evaluate("(id) => app.graph.getNodeById(id).size", ids[0])
     sent = [t["text"] for t in texts if str(t.get("nodeId")) == ids[1]]
     assert sent and status["preview"] == sent[-1], \
         f"Server Status shows {status['preview']!r}, not the last text ComfyUI sent for it ({sent[-1:]})"
     shown = next(val for _, val in doctor["widgets"] if DOCTOR_DONE.search(val or ""))
-    return {"doctor_text": shown, "server_status_text": status["preview"], "progress_text_events": len(texts)}
+    assert DOCTOR_VERDICT.match(shown), f"the Doctor's report does not start with its verdict: {shown[:200]!r}"
+    return {"doctor_text": shown, "doctor_verdict": shown.splitlines()[:2], "doctor_node_size": node_size,
+            "server_status_text": status["preview"], "progress_text_events": len(texts),
+            "screenshot": str(png) if png is not None else None, "png_bytes": size}
 
 
 def screenshot_mid_launch(comfy: ComfyUI, logs: LauncherLogs, png: Path, timeout: float = 300.0) -> dict:

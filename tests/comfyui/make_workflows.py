@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import sys
@@ -38,22 +39,46 @@ RELEASED = Path(__file__).resolve().parents[1] / "unit" / "released_workflows"
 TI2V, T2V, I2V = ("Wan-AI/Wan2.2-TI2V-5B-Diffusers", "Wan-AI/Wan2.2-T2V-A14B-Diffusers",
                   "Wan-AI/Wan2.2-I2V-A14B-Diffusers")
 NEGATIVE = "blurry, low quality, distorted faces, jitter, flicker, watermark, text, static frame"
-SETUP = ("Setup: the vLLM-Omni server runs in its own Python environment: run `python -m vllm_omni_launcher "
-         "setup` once on the GPU machine (it creates the default environment, which the launcher finds by "
-         "itself; the server_env setting in the local config points elsewhere). The first start downloads "
-         "the model from Hugging Face into the HF cache (Local Server shows the download); pick a local "
-         "folder in Load model to skip that.")
+SETUP = ("Setup, once on the GPU machine: python -m vllm_omni_launcher setup (the server's own Python "
+         "environment; the launcher finds it by itself). The first start downloads the model into the Hugging "
+         "Face cache (Local Server shows it); a local folder in Load model skips that.")
 RECOMMENDED = ("Generate video: 0 (or -1) means the model's recommended value")
-# What 'auto' picks for the TI2V-5B defaults on common cards (tests/unit/test_workflows.py checks it against the planner).
-TI2V_PLAN = ("Serving config 'auto' lets the memory planner pick the fastest setup that fits the defaults below, and "
-             "Local Server shows what it chose: on a 24 GB card layerwise offload + VAE tiling (it needs about 14 GB "
-             "of free system RAM; on smaller cards it lowers the frame count, which Generate video then uses where "
-             "frames is 0); on 48 GB no offload + VAE tiling; on 80 GB neither.")
+TI2V_CARDS = {"large": 40, "mid": 24, "small": 16, "tiny": 8}   # GB: the cards the TI2V Notes speak of
+
+
+def ti2v_plan() -> str:
+    """What 'auto' picks for the TI2V-5B defaults on common cards, in words, from the planner itself
+    (`recommend` for the pinned vLLM-Omni line, which setup installs, and 64 GB of free system RAM);
+    tests/unit/test_workflows.py checks each phrase against the planner."""
+    from vllm_omni_launcher.planner.ladder import recommend
+    from vllm_omni_launcher.server.versions import DEFAULT_VERSION
+
+    rec = {k: recommend(TI2V, gpus=[float(gb)], host_available_gib=64.0, server_version=DEFAULT_VERSION)
+           for k, gb in TI2V_CARDS.items()}
+    if [rec[k].reduced for k in TI2V_CARDS] != [False, False, False, True]:
+        picks = [(k, r.label, r.request.label()) for k, r in rec.items()]
+        raise SystemExit(f"the TI2V Note's sentence no longer fits the planner: {picks}; rewrite ti2v_plan()")
+
+    def words(key: str) -> str:       # "1 GPU + layerwise offload + VAE tiling" -> "layerwise offload + VAE tiling"
+        return rec[key].label.split("1 GPU", 1)[1].lstrip(" ,+")
+    layerwise = [r.plan.host_ram["needed_gib"] for r in rec.values() if r.spec.memory.offload == "layerwise"]
+    frames = rec["mid"].asked.frames
+    return (f"Serving config 'auto' lets the memory planner pick the fastest setup that fits the defaults below, "
+            f"and Local Server shows what it chose. With {rec['mid'].calibration} (what setup installs): on "
+            f"{TI2V_CARDS['large']} GB or more "
+            f"{words('large')}; on a {TI2V_CARDS['mid']} GB card {words('mid')}; on {TI2V_CARDS['small']} GB "
+            f"{words('small')}, still at the full {frames} frames; on smaller cards it lowers the frame count "
+            f"({rec['tiny'].request.frames} frames on {TI2V_CARDS['tiny']} GB), which Generate video then uses "
+            f"where frames is 0. Layerwise offload needs about {math.ceil(max(layerwise))} GB of free system RAM.")
+
+
+TI2V_PLAN = ti2v_plan()
 
 
 def _serving(gpus: str, mode: str, degree: int = 2, vae_patch: int = 1, compile: bool = False) -> dict:  # noqa: A002
-    # compile: off for TI2V-5B (measured: 87 s more start for no measurable per-step gain); the A14B
-    # templates keep upstream's torch.compile, whose per-step gain over 40 steps of ~30 s is not measured yet.
+    # compile: off for TI2V-5B (one H200: 87 s more start for no measurable per-step gain) and for the 4-step
+    # LoRA template (compile saved 0.3 s per A14B step, paying back after about 80 steps, not 4); the
+    # 40-step A14B templates keep upstream's torch.compile (two jobs on a kept-alive server pay it back).
     return {"gpus": gpus, "parallel_mode": mode, "parallel_degree": degree, "vae_patch_parallel": vae_patch,
             "offload": "none", "fp8": False, "vae_tiling": False, "cache_backend": "none", "compile": compile,
             "keep_alive_minutes": 0, "auto_fallback": True}
@@ -70,24 +95,39 @@ def _save(prefix: str) -> dict:
 
 
 # Layout (canvas units): note top left, model + serving below it, server/image in the middle
-# column, Generate video and Save video to the right.
+# column, Generate video and Save video to the right. The note is as tall as its text (Note's
+# monospace text: about 68 characters and 16 units a line at width 460), and the node under it
+# starts below the next node's title bar and its source badge, so nothing needs scrolling or
+# sits on the text.
+NOTE_WIDTH, NOTE_CHARS, NOTE_LINE = 460, 68, 16
+GAP_BELOW = 80      # canvas units from one node's bottom to the next node's top: title bar (30) + badge + margin
+
+
+def note_height(text: str) -> int:
+    lines = sum(max(1, -(-len(paragraph) // NOTE_CHARS)) for paragraph in text.split("\n"))
+    return 24 + NOTE_LINE * lines
+
+
 def _local_template(note: str, model: str, serving: dict, prompt: str, seed: int, prefix: str,
                     with_image: bool) -> dict:
+    model_y = 40 + note_height(note) + GAP_BELOW
+    serving_y = model_y + 60 + GAP_BELOW
     nodes = [
-        {"key": "note", "type": "Note", "pos": [40, 40], "size": [440, 250], "widgets": {"text": note}},
-        {"key": "model", "type": "VLLMOmniLoadModel", "pos": [40, 330], "size": [440, 60],
+        {"key": "note", "type": "Note", "pos": [40, 40], "size": [NOTE_WIDTH, note_height(note)],
+         "widgets": {"text": note}},
+        {"key": "model", "type": "VLLMOmniLoadModel", "pos": [40, model_y], "size": [NOTE_WIDTH, 60],
          "widgets": {"model": model}},
-        {"key": "serving", "type": "VLLMOmniServingConfig", "pos": [40, 440], "size": [440, 320],
+        {"key": "serving", "type": "VLLMOmniServingConfig", "pos": [40, serving_y], "size": [NOTE_WIDTH, 320],
          "widgets": serving},
-        {"key": "server", "type": "VLLMOmniLocalServer", "pos": [530, 330], "size": [270, 50], "widgets": {}},
-        {"key": "generate", "type": "VLLMOmniGenerateVideo", "pos": [850, 40], "size": [420, 640],
+        {"key": "server", "type": "VLLMOmniLocalServer", "pos": [550, model_y], "size": [270, 50], "widgets": {}},
+        {"key": "generate", "type": "VLLMOmniGenerateVideo", "pos": [870, 40], "size": [420, 640],
          "widgets": _generate(prompt, seed)},
-        {"key": "save", "type": "SaveVideo", "pos": [1320, 40], "size": [420, 480], "widgets": _save(prefix)},
+        {"key": "save", "type": "SaveVideo", "pos": [1340, 40], "size": [420, 480], "widgets": _save(prefix)},
     ]
     links = [["model", "model", "server", "model"], ["serving", "serving", "server", "serving"],
              ["server", "server", "generate", "server"], ["generate", "video", "save", "video"]]
     if with_image:
-        nodes.append({"key": "image", "type": "LoadImage", "pos": [530, 440], "size": [270, 330],
+        nodes.append({"key": "image", "type": "LoadImage", "pos": [550, serving_y], "size": [270, 330],
                       "widgets": {"image": "example.png"}})
         links.append(["image", "IMAGE", "generate", "image"])
     return {"nodes": nodes, "links": links}
@@ -115,10 +155,11 @@ def _distill_lora_template(note: str, model: str, serving: dict, prompt: str, se
     """A14B with a 4-step distill LoRA pair: one LoRA node per expert between Load Model and Local
     Server, and Generate at 4 steps, guidance 1 on both experts, Euler."""
     template = _local_template(note, model, serving, prompt, seed, prefix, with_image=False)
+    serving_y = next(n for n in template["nodes"] if n["key"] == "serving")["pos"][1]
     template["nodes"] += [
-        {"key": "lora_high", "type": "VLLMOmniLora", "pos": [530, 500], "size": [300, 130],
+        {"key": "lora_high", "type": "VLLMOmniLora", "pos": [550, serving_y], "size": [300, 130],
          "widgets": {"lora_name": LIGHTX2V_HIGH, "strength": 1.0, "expert": "high_noise"}},
-        {"key": "lora_low", "type": "VLLMOmniLora", "pos": [530, 680], "size": [300, 130],
+        {"key": "lora_low", "type": "VLLMOmniLora", "pos": [550, serving_y + 130 + GAP_BELOW], "size": [300, 130],
          "widgets": {"lora_name": LIGHTX2V_LOW, "strength": 1.0, "expert": "low_noise"}},
     ]
     generate = next(n for n in template["nodes"] if n["key"] == "generate")
@@ -129,10 +170,23 @@ def _distill_lora_template(note: str, model: str, serving: dict, prompt: str, se
     return template
 
 
+REMOTE_NOTE = (
+    "Remote vLLM-Omni server\n\n"
+    "Uses a vLLM-Omni server that already runs elsewhere, e.g. started on the GPU machine with "
+    "python -m vllm_omni_launcher serve --model Wan-AI/Wan2.2-TI2V-5B-Diffusers --host 0.0.0.0 "
+    "--port 8091 --api-key-file server.key\n"
+    "This machine needs no GPU. Pick a server your launcher config names in remote_server, or set "
+    "the URL (no /v1); set the model family the server runs.\n\n"
+    "API key: never in the workflow. It comes from this machine's launcher config (remote_servers in "
+    "vllm_omni_launcher.json, or VLLM_OMNI_LAUNCHER_REMOTE_URL with VLLM_OMNI_LAUNCHER_REMOTE_API_KEY) "
+    "and is sent only to the origin configured with it, never to a URL a workflow chose.\n\n"
+    + RECOMMENDED + " of the family chosen in Remote server.")
+
+
 TEMPLATES: dict[str, dict] = {
     "wan22_ti2v_5b_text_to_video": _local_template(
         "Wan2.2 TI2V-5B: text to video on one GPU\n\n"
-        "Needs: one NVIDIA GPU with 24 GB or more. " + TI2V_PLAN + " Model download: "
+        "Needs: one NVIDIA GPU with 16 GB or more. " + TI2V_PLAN + " Model download: "
         "Wan-AI/Wan2.2-TI2V-5B-Diffusers, about 23 GB.\n\n"
         + RECOMMENDED + ": 1280x704, 121 frames at 24 fps, 50 steps. Sizes must be multiples of 32, frames 4k+1.\n\n"
         + SETUP,
@@ -141,7 +195,7 @@ TEMPLATES: dict[str, dict] = {
         "slow tracking shot, cinematic", 42, "video/wan22_ti2v_5b", with_image=False),
     "wan22_ti2v_5b_image_to_video": _local_template(
         "Wan2.2 TI2V-5B: image to video on one GPU\n\n"
-        "Needs: one NVIDIA GPU with 24 GB or more. " + TI2V_PLAN + " Model download: "
+        "Needs: one NVIDIA GPU with 16 GB or more. " + TI2V_PLAN + " Model download: "
         "Wan-AI/Wan2.2-TI2V-5B-Diffusers, about 23 GB.\n\n"
         "Load image uses example.png from ComfyUI's input folder: upload your own start frame there. "
         "The prompt describes the motion.\n\n"
@@ -189,7 +243,7 @@ TEMPLATES: dict[str, dict] = {
         "every clip; the frames output is all clips as one IMAGE batch. The local config's max_batch_clips "
         "(default 8) caps prompts x batch_count, and every clip's frames are held in memory until the node "
         "ends (about 1.3 GB per clip at the defaults).\n\n"
-        "Needs: one NVIDIA GPU with 24 GB or more. " + TI2V_PLAN + " With several GPUs, Local Server "
+        "Needs: one NVIDIA GPU with 16 GB or more. " + TI2V_PLAN + " With several GPUs, Local Server "
         "suggests replicas for the batch. Model download: Wan-AI/Wan2.2-TI2V-5B-Diffusers, about 23 GB.\n\n"
         + RECOMMENDED.replace("Generate video", "Generate batch") + ": 1280x704, 121 frames at 24 fps, 50 steps. "
         "Sizes must be multiples of 32, frames 4k+1.\n\n" + SETUP,
@@ -198,23 +252,14 @@ TEMPLATES: dict[str, dict] = {
         "dramatic clouds, cinematic wide shot", 42, 4, "video/wan22_ti2v_5b_seed_sweep"),
     "remote_server": {
         "nodes": [
-            {"key": "note", "type": "Note", "pos": [40, 40], "size": [440, 300], "widgets": {"text": (
-                "Remote vLLM-Omni server\n\n"
-                "Uses a vLLM-Omni server that already runs elsewhere, e.g. started on the GPU machine with "
-                "python -m vllm_omni_launcher serve --model Wan-AI/Wan2.2-TI2V-5B-Diffusers --host 0.0.0.0 "
-                "--port 8091 --api-key-file server.key\n"
-                "This machine needs no GPU. Pick a server your launcher config names in remote_server, or set "
-                "the URL (no /v1); set the model family the server runs.\n\n"
-                "API key: never in the workflow. It comes from this machine's launcher config (remote_servers in "
-                "vllm_omni_launcher.json, or VLLM_OMNI_LAUNCHER_REMOTE_URL with VLLM_OMNI_LAUNCHER_REMOTE_API_KEY) "
-                "and is sent only to the origin configured with it, never to a URL a workflow chose.\n\n"
-                + RECOMMENDED + " of the family chosen in Remote server.")}},
-            {"key": "server", "type": "VLLMOmniRemoteServer", "pos": [40, 390], "size": [440, 90],
-             "widgets": {"url": "http://127.0.0.1:8091", "model_family": "ti2v_5b"}},
-            {"key": "generate", "type": "VLLMOmniGenerateVideo", "pos": [530, 40], "size": [420, 640],
+            {"key": "note", "type": "Note", "pos": [40, 40], "size": [NOTE_WIDTH, note_height(REMOTE_NOTE)],
+             "widgets": {"text": REMOTE_NOTE}},
+            {"key": "server", "type": "VLLMOmniRemoteServer", "pos": [40, 40 + note_height(REMOTE_NOTE) + GAP_BELOW],
+             "size": [NOTE_WIDTH, 90], "widgets": {"url": "http://127.0.0.1:8091", "model_family": "ti2v_5b"}},
+            {"key": "generate", "type": "VLLMOmniGenerateVideo", "pos": [550, 40], "size": [420, 640],
              "widgets": _generate("An astronaut riding a horse across a desert at dusk, wide shot, dust "
                                   "drifting in the warm light", 42)},
-            {"key": "save", "type": "SaveVideo", "pos": [1000, 40], "size": [420, 480],
+            {"key": "save", "type": "SaveVideo", "pos": [1020, 40], "size": [420, 480],
              "widgets": _save("video/vllm_omni_remote")},
         ],
         "links": [["server", "server", "generate", "server"], ["generate", "video", "save", "video"]],

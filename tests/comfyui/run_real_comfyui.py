@@ -125,6 +125,7 @@ def launcher_env(work: Path, step_s: float = 0.05, load_delay_s: float = 0.0) ->
     env = {
         "VLLM_OMNI_LAUNCHER_SERVER_CMD": shlex.join([stubserver.server_python(), stubserver.STUB_SCRIPT]),
         "VLLM_OMNI_LAUNCHER_DATA_DIR": str(work / LAUNCHER_DATA),
+        "VLLM_OMNI_LAUNCHER_GPU_LOCK_DIR": str(work / "gpu-locks"),     # not the machine's: no real launcher met
         "VLLM_OMNI_LAUNCHER_CONFIG": str(work / "no-launcher-config.json"),
         "VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB": "24",
         "VLLM_OMNI_STUB_STEP_S": f"{step_s:g}",
@@ -454,7 +455,7 @@ def main() -> int:
         if not args.skip_browser:
             _step(report, "browser", check_templates_in_browser(comfy, shots, thumbnails=args.thumbnails))
             if not args.skip_behaviour:
-                _step(report, "node_text", bc.check_text_nodes_in_browser(comfy))
+                _step(report, "node_text", bc.check_text_nodes_in_browser(comfy, shots / bc.DOCTOR_PNG))
                 _step(report, "mid_denoise", bc.screenshot_mid_denoise(comfy, shots / bc.MID_DENOISE_PNG))
         if not args.skip_behaviour:   # 6. Cancel during a launch, with a stub that loads for minutes
             slow, slow_logs = _started(comfy_dir, args.python, work / "slow", load_delay_s=bc.LOAD_DELAY_S)

@@ -28,7 +28,10 @@ def test_generate_with_only_a_prompt_picks_model_and_serving_and_names_the_file(
     assert out.returncode == 0, out.stderr
     lines = out.stderr.splitlines()
     assert lines[0].startswith(f"model: {TI2V} (auto: ") and "24 GiB" in lines[0]
-    assert lines[1].startswith("serving: Recommended: 1 GPU + ") and "--vae-use-tiling" in lines[2]
+    # which configuration fits one 24 GB GPU depends on this machine's free RAM (offload pins weights there):
+    # the planner's choices are tests/unit's; here, that the line names one and the command below it is its own
+    assert lines[1].startswith("serving: Recommended: 1 GPU") and lines[2].startswith(f"  vllm serve {TI2V}")
+    assert ("layerwise offload" in lines[1]) == ("--enable-layerwise-offload" in lines[2])
     seed = int(re.search(r"^seed: (\d+) \(random", out.stderr, re.M)[1])
     written = re.fullmatch(r"wrote (\S+): 5 frames 64x64 at 24 fps in [\d.]+s\n", out.stdout)
     assert written, out.stdout

@@ -106,6 +106,7 @@ def stub_env(tmp_path_factory):
     mp.setenv("VLLM_OMNI_LAUNCHER_SERVER_CMD", f"{server_python()} {STUB_SCRIPT}")
     mp.setenv("VLLM_OMNI_LAUNCHER_DATA_DIR", str(data))
     mp.setenv("VLLM_OMNI_STUB_STEP_S", "0.05")
+    mp.setenv("VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB", "80")   # the stub's GPU: NVML may show none here
     try:
         yield
     finally:

@@ -22,6 +22,7 @@ from vllm_omni_launcher.nodes.handles import ServerHandle
 from vllm_omni_launcher.server import failures
 from vllm_omni_launcher.server import registry as supervisor
 from vllm_omni_launcher.server.failures import ServerFailure
+from vllm_omni_launcher.server.log_files import logs_dir
 
 TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
 
@@ -67,6 +68,7 @@ def _fresh_launcher(tmp_path, monkeypatch, **stub_env: str) -> None:
     supervisor.stop_all()
     monkeypatch.setenv("VLLM_OMNI_LAUNCHER_SERVER_CMD", f"{server_python()} {STUB_SCRIPT}")
     monkeypatch.setenv("VLLM_OMNI_LAUNCHER_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB", "80")   # the stub's GPU: NVML may show none here
     for key, value in stub_env.items():
         monkeypatch.setenv(key, value)
 
@@ -90,7 +92,8 @@ def _in_thread(work) -> tuple[threading.Thread, dict]:
 def local(tmp_path_factory):
     data = tmp_path_factory.mktemp("nodes-data")
     with _Env(VLLM_OMNI_LAUNCHER_SERVER_CMD=f"{server_python()} {STUB_SCRIPT}",
-              VLLM_OMNI_LAUNCHER_DATA_DIR=str(data), VLLM_OMNI_STUB_STEP_S="0.1"), ComfyStandIn() as comfy:
+              VLLM_OMNI_LAUNCHER_DATA_DIR=str(data), VLLM_OMNI_STUB_STEP_S="0.1",
+              VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB="80"), ComfyStandIn() as comfy:
         model = NODE_CLASS_MAPPINGS["VLLMOmniLoadModel"]().load(TI2V)[0]
         handle = NODE_CLASS_MAPPINGS["VLLMOmniLocalServer"]().start(model, _serving(), unique_id="srv")[0]
         try:
@@ -332,6 +335,8 @@ def test_auto_fallback_off_stops_with_the_plan_and_the_fix(tmp_path, monkeypatch
             assert err.kind == failures.OOM_LOAD and err.setting == "offload"
             assert "ran out of memory while loading" in str(err) and "offload" in err.fix
             assert "CUDA out of memory" in err.raw          # upstream's own words kept
+            [log] = logs_dir(str(tmp_path)).glob("*.log")   # and where the whole log is
+            assert err.fix.endswith(f"; the whole server log is {log}")
             assert len(stub_pids(tmp_path)) == 1, "a configuration error must not be retried"
             assert supervisor.all_servers() == []
             assert comfy.texts[-1][1] == "srv" and err.what in comfy.texts[-1][0]    # the failed status, on the node

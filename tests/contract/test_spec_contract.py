@@ -178,7 +178,7 @@ def test_every_nonexistent_flag_is_unknown_to_the_real_parser(upstream_resolver)
 
 
 def test_num_gpus_is_accepted_but_ignored_upstream(upstream_resolver):
-    """--num-gpus is in NONEXISTENT_FLAGS because it does nothing: upstream keeps world size 1."""
+    """--num-gpus is refused (MISLEADING_FLAGS) because it does nothing: upstream keeps world size 1."""
     cases = [{"argv": ["serve", MODELS[0], "--omni", "--num-gpus", "2"], "visible_devices": 2}]
     result = upstream_resolver.resolve(cases, timeout=600)[0]
     assert result["ok"] and result["config"]["world_size"] == 1

@@ -345,14 +345,15 @@ def test_keep_alive_then_spec_changes_stop_overlapping_servers(data_dir: Path) -
 
 # ---- the owner is SIGKILLed: the server does not outlive it ---------------------------------
 OWNER = textwrap.dedent("""
-    import json, sys, threading
+    import json, os, sys, threading
     sys.path.insert(0, sys.argv[2])
     import stubserver
     from vllm_omni_launcher.server.local_config import LocalConfig
     from vllm_omni_launcher.server.spec import LaunchSpec
     from vllm_omni_launcher.server.supervisor import Supervisor
     config = LocalConfig(server_command=(stubserver.server_python(), str(stubserver.STUB_SCRIPT)),
-                         data_dir=sys.argv[1], startup_timeout_s=600)
+                         data_dir=sys.argv[1], gpu_lock_dir=os.environ["VLLM_OMNI_LAUNCHER_GPU_LOCK_DIR"],
+                         startup_timeout_s=600)
     sups = [Supervisor(LaunchSpec(model="Wan-AI/Wan2.2-TI2V-5B-Diffusers", gpus=(g,)), config)
             for g in range(int(sys.argv[3]))]
     threads = [threading.Thread(target=s.start) for s in sups]
@@ -416,13 +417,40 @@ def test_left_behind_servers_are_adopted_or_stopped(data_dir: Path) -> None:
         victim.wait()
 
 
-# ---- `python -m vllm_omni_launcher serve` until Ctrl-C --------------------------------------
-def test_serve_cli_runs_until_sigint_and_leaves_nothing(data_dir: Path, tmp_path: Path) -> None:
+# ---- `python -m vllm_omni_launcher serve` as systemd runs it -----------------------------------
+def _read_datagrams(sock: socket.socket, into: list[str]) -> None:
+    """Append every datagram `sock` receives to `into`, until it is closed."""
+    sock.settimeout(0.5)
+    while sock.fileno() != -1:
+        try:
+            into.append(sock.recv(4096).decode())
+        except socket.timeout:
+            continue
+        except OSError:
+            return
+
+
+def _caught_signals(pid: int) -> int:
+    """The signals process `pid` has handlers for (SigCgt in /proc/PID/status), as a bit mask."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"^SigCgt:\s*([0-9a-f]+)", status, re.M).group(1), 16)
+
+
+def test_serve_cli_notifies_systemd_and_its_sigterm_stop_leaves_nothing_to_kill(data_dir: Path,
+                                                                                tmp_path: Path) -> None:
+    """What systemd does with the unit `serve --print-systemd-unit` prints (Type=notify, KillMode=mixed):
+    READY=1 on $NOTIFY_SOCKET once the server answers, SIGTERM to the launcher alone on stop (Ctrl-C's
+    SIGINT has the same handler), then SIGKILL to whatever is left of its processes: nothing is."""
     key_file = tmp_path / "key" / "api.key"
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(tmp_path / "notify"))
+    received: list[str] = []                     # read as systemd does: all the time (a full queue drops)
+    reader = threading.Thread(target=lambda: _read_datagrams(notify, received), daemon=True)
+    reader.start()
     env = dict(os.environ,
                VLLM_OMNI_LAUNCHER_SERVER_CMD=f"{stubserver.server_python()} {stubserver.STUB_SCRIPT}",
                VLLM_OMNI_LAUNCHER_DATA_DIR=str(data_dir), VLLM_OMNI_LAUNCHER_STARTUP_TIMEOUT_S=str(START_S),
-               PYTHONUNBUFFERED="1")
+               VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB="80", PYTHONUNBUFFERED="1", NOTIFY_SOCKET=str(tmp_path / "notify"))
     cli = subprocess.Popen([sys.executable, "-m", "vllm_omni_launcher", "serve", "--model", TI2V, "--gpus", "0",
                             "--api-key-file", str(key_file)], env=env, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)
@@ -443,9 +471,20 @@ def test_serve_cli_runs_until_sigint_and_leaves_nothing(data_dir: Path, tmp_path
     assert session().get(f"{url}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=10).status_code == 200
     pids = stub_pids(data_dir)
     assert len(pids) == 1 and alive(pids[0])
-    cli.send_signal(signal.SIGINT)
+    ready = wait_for(lambda: [d for d in received if d.startswith("READY=1")], 30, "serve's READY=1")
+    assert ready and "STATUS=Ready: " in ready[0], ready
+    caught = _caught_signals(cli.pid)
+    assert caught >> (signal.SIGTERM - 1) & 1 and caught >> (signal.SIGINT - 1) & 1
+    tree = psutil.Process(cli.pid).children(recursive=True)      # the unit's cgroup, as far as a test sees it
+    cli.send_signal(signal.SIGTERM)                                # systemctl stop, KillMode=mixed
     rest, _ = cli.communicate(timeout=120)
     assert cli.returncode == 0, out + rest
     assert "no server process is left" in rest
+    wait_for(lambda: any(d.startswith("STOPPING=1") for d in received), 30, "serve's STOPPING=1")
+    left = [(p, p.cmdline()) for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    for p, _ in left:                                              # systemd's final SIGKILL to the cgroup
+        p.kill()
+    assert not left, f"systemd would have had to SIGKILL {[(p.pid, cmd) for p, cmd in left]}"
+    notify.close()
     assert not key_file.exists()
     assert_no_process_left(data_dir)

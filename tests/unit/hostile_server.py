@@ -108,7 +108,7 @@ def zeros(total: int, *, announce: bool = True, chunk: int = 64 << 10) -> Route:
 class HostileServer:
     """routes[(METHOD, raw path)] -> Route; unknown routes get a JSON 404."""
 
-    def __init__(self, routes: dict[tuple[str, str], Route]) -> None:
+    def __init__(self, routes: dict[tuple[str, str], Route], port: int = 0) -> None:
         self.routes = dict(routes)
         self.log: list[Exchange] = []
         server = self
@@ -142,7 +142,7 @@ class HostileServer:
             def handle_error(self, request: Any, client_address: Any) -> None:
                 pass  # a client that hangs up mid-answer is the point of these tests
 
-        self._server = Server(("127.0.0.1", 0), Handler)
+        self._server = Server(("127.0.0.1", port), Handler)
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
         self._thread.start()

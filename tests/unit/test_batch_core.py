@@ -1,7 +1,8 @@
 """client/batch.py: several jobs submitted at once, polled, decoded as each completes, all deleted.
 
 The server here is a fake *client* (FakeClient): it plays a scripted vLLM-Omni job queue at the
-interface run_batch uses (submit / status / download_decoded / delete / job_failure / wait_for_next_poll),
+interface run_batch uses (clip_bounds / submit / status / download_decoded / delete / job_failure /
+wait_for_next_poll),
 and the
 first test checks that interface against the real VideoClient's, so the fake cannot drift from
 it. Its MP4s are real H.264 clips (frame_code frames: each decoded frame says its index and seed).
@@ -27,6 +28,7 @@ from vllm_omni_launcher.client.api import VideoClient  # noqa: E402
 from vllm_omni_launcher.client.http_errors import job_failed_error  # noqa: E402
 from vllm_omni_launcher.client.batch import BatchCancelled, BatchUpdate, run_batch  # noqa: E402
 from vllm_omni_launcher.client.bounds import ClipBounds  # noqa: E402
+from vllm_omni_launcher.client.clip_memory import check_clip_memory  # noqa: E402
 from vllm_omni_launcher.client.frames import decode_mp4  # noqa: E402
 from vllm_omni_launcher.client.job_results import GenerationCancelled, JobState  # noqa: E402
 from vllm_omni_launcher.client.request import VideoRequest  # noqa: E402
@@ -55,6 +57,10 @@ class FakeClient:
         self.caps: dict[str, int] = {}
         self.rounds = 0
         self.cancel_at_round = cancel_at_round
+        self.clip_memory_gib: Optional[float] = None
+
+    def clip_bounds(self, req: VideoRequest, frame_multiplier: int = 1) -> ClipBounds:
+        return check_clip_memory(req.bounds(frame_multiplier), self.clip_memory_gib)    # the real client's check
 
     def submit(self, req: VideoRequest, *, should_cancel: Optional[Callable[[], bool]] = None) -> str:
         job = f"job-{len(self.seeds)}"
@@ -101,7 +107,7 @@ class FakeClient:
 
 
 def test_the_fake_client_has_the_real_clients_interface():
-    for name in ("submit", "status", "download_decoded", "delete", "job_failure", "wait_for_next_poll"):
+    for name in ("clip_bounds", "submit", "status", "download_decoded", "delete", "job_failure", "wait_for_next_poll"):
         fake, real = inspect.signature(getattr(FakeClient, name)), inspect.signature(getattr(VideoClient, name))
         fake_params = [(p.name, p.kind) for p in fake.parameters.values()]
         real_params = [(p.name, p.kind) for p in real.parameters.values()]

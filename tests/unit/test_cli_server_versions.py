@@ -32,6 +32,7 @@ def _server_env(tmp_path: Path, vllm: str, omni: Optional[str]) -> Path:
 def config_env(tmp_path, monkeypatch):
     monkeypatch.setenv("VLLM_OMNI_LAUNCHER_CONFIG", str(tmp_path / "none.json"))
     monkeypatch.setenv("VLLM_OMNI_LAUNCHER_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB", "24")   # a GPU machine (this one may have none)
 
     def use(command: str) -> None:
         monkeypatch.setenv("VLLM_OMNI_LAUNCHER_SERVER_CMD", command)

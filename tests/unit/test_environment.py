@@ -24,6 +24,15 @@ def test_parent_allow_list_keeps_what_the_server_needs() -> None:
         assert env[name] == PARENT[name]
 
 
+def test_nvshmem_settings_reach_the_server_like_nccls() -> None:
+    """NVSHMEM_DISABLE_NVLS=1 (hosts without NVLink multicast) reaches the server from ComfyUI's own
+    environment, without extra_env, as NCCL_* does."""
+    parent = {**PARENT, "NVSHMEM_DISABLE_NVLS": "1", "NVSHMEM_BOOTSTRAP": "UID"}
+    env = server_environment(parent, LocalConfig(), {})
+    assert (env["NVSHMEM_DISABLE_NVLS"], env["NVSHMEM_BOOTSTRAP"], env["NCCL_P2P_DISABLE"]) == ("1", "UID", "1")
+    assert is_inherited("NVSHMEM_DISABLE_NVLS") and not is_inherited("NVSHMEMX_OTHER")
+
+
 def test_launcher_keys_and_parent_api_key_never_reach_the_server() -> None:
     env = server_environment(PARENT, LocalConfig(), {})
     assert not [name for name in env if name.startswith("VLLM_OMNI_LAUNCHER_")]

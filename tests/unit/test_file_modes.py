@@ -37,9 +37,7 @@ def test_data_dir_and_every_subdir_are_0700(tmp_path: Path, no_umask: None) -> N
     log_files.logs_dir(str(data))
     state_file.state_dir(str(data))
     launch_prep.prepare(SPEC, LocalConfig(data_dir=str(data)), ["vllm"], str(data), True, None, lambda: False)
-    gpu_lock.acquire(str(data), (0,), gpu_lock.Holder.this_process()).release()
-    dirs = [data, data / "logs", data / "state", data / "storage", data / "storage" / SPEC.fingerprint(),
-            data / "locks"]
+    dirs = [data, data / "logs", data / "state", data / "storage", data / "storage" / SPEC.fingerprint()]
     assert {str(d.relative_to(tmp_path)): mode(d) for d in dirs} == {str(d.relative_to(tmp_path)): 0o700
                                                                      for d in dirs}
 
@@ -57,10 +55,16 @@ def test_logs_rotated_logs_state_and_lock_files_are_0600(tmp_path: Path, no_umas
     state = state_file.write(data, state_file.ServerState(
         pgid=1, leader_create_time=None, server_pid=None, server_create_time=None, argv=[], host="127.0.0.1",
         port=1, fingerprint="f", requested_fingerprint="f", spec={}, api_key="k"))
-    lock = gpu_lock.acquire(data, (0,), gpu_lock.Holder.this_process())
+    locks = tmp_path / "locks"
+    lock = gpu_lock.acquire(str(locks), (0,), gpu_lock.Holder.this_process())
     lock.release()
-    files = [Path(log_path), rotated, state, Path(data) / "locks" / "gpu-0.lock", Path(data) / "locks" / "all.lock"]
+    records = [locks / f"{name}.{os.geteuid()}.json" for name in ("gpu-0.lock",)]
+    files = [Path(log_path), rotated, state, *records]
     assert {f.name: mode(f) for f in files} == {f.name: 0o600 for f in files}
+    # The lock files themselves are empty and 0644 in a sticky 1777 folder: every user of the machine
+    # must be able to open them to lock (their holders' records above stay private).
+    assert (mode(locks), mode(locks / "gpu-0.lock"), mode(locks / "all.lock")) == (0o1777, 0o644, 0o644)
+    assert (locks / "gpu-0.lock").read_bytes() == b"" and (locks / "all.lock").read_bytes() == b""
 
 
 def test_an_existing_rotated_log_is_tightened_when_rewritten(tmp_path: Path) -> None:

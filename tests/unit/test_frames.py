@@ -27,12 +27,15 @@ from vllm_omni_launcher.client.images import image_to_png  # noqa: E402
 from vllm_omni_launcher.errors import LauncherError  # noqa: E402
 
 
+FRAGMENTED = "frag_keyframe+empty_moov"     # fragmented MP4 (vLLM-Omni's streaming muxer): no frame count
+
+
 def encode_clip(count: int, width: int, height: int, fps: float | Fraction = 16, seed: int = 7,
-                container: str = "mp4") -> bytes:
+                container: str = "mp4", movflags: str = "") -> bytes:
     """H.264 yuv420p clip whose frame i is frame_code.encode(i, seed, w, h)."""
     rate = Fraction(fps).limit_denominator(1001)
     buf = io.BytesIO()
-    with av.open(buf, "w", format=container) as out:
+    with av.open(buf, "w", format=container, options={"movflags": movflags} if movflags else {}) as out:
         stream = out.add_stream("libx264", rate=rate)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         stream.options = {"preset": "ultrafast", "crf": "18"}
@@ -80,19 +83,19 @@ def test_fractional_fps_is_reported():
 
 
 def test_clip_without_frame_count_in_header_still_decodes():
-    data = encode_clip(13, 64, 64, fps=16, seed=42, container="matroska")
-    assert header_frames(data) == 0  # Matroska stores no per-stream frame count
+    data = encode_clip(13, 64, 64, fps=16, seed=42, movflags=FRAGMENTED)
+    assert header_frames(data) == 0  # a fragmented MP4 stores no per-stream frame count
     video = decode_mp4(data)
     assert_frames(video, 13, 64, 64, 42)
 
 
-def test_stream_without_count_or_duration_grows_the_array():
-    # Raw Annex-B H.264 has neither a frame count nor a duration: capacity starts small
-    # and must grow past it (more frames than the first chunk).
+def test_stream_without_count_or_duration_grows_the_array(monkeypatch):
+    # A header with neither a frame count nor a duration (the estimate is 0): capacity starts
+    # small and must grow past it (more frames than the first chunk).
     count = frames_mod._MIN_GROW + 9
-    data = encode_clip(count, 64, 64, fps=16, seed=5, container="h264")
-    with av.open(io.BytesIO(data)) as c:
-        assert c.streams.video[0].frames == 0
+    data = encode_clip(count, 64, 64, fps=16, seed=5, movflags=FRAGMENTED)
+    assert header_frames(data) == 0
+    monkeypatch.setattr(frames_mod, "_expected_frames", lambda c, s, f: 0)
     video = decode_mp4(data)
     assert_frames(video, count, 64, 64, 5)
 
@@ -128,7 +131,8 @@ def test_decode_writes_into_one_preallocated_array_without_stacking(monkeypatch)
 
 def test_garbage_bytes_raise_launcher_error_with_raw_ffmpeg_message():
     with pytest.raises(LauncherError) as info:
-        decode_mp4(b"this is not an mp4 file at all" * 10)
+        # an MP4's first box, then garbage: FFmpeg's MP4 reader gets it and fails (no ftyp: server_mp4.py refuses first)
+        decode_mp4(b"\x00\x00\x00\x10ftypisom\x00\x00\x02\x00" + b"this is not an mp4 file at all" * 10)
     assert "not a readable video" in info.value.what
     assert info.value.raw
 
@@ -222,9 +226,10 @@ def test_decode_with_bounds_accepts_the_request_and_interpolated_frames():
 
 
 def test_stream_without_a_frame_count_stops_at_the_bound_without_growing():
-    # Raw H.264 carries no frame count: the array is sized for the most the request allows and
-    # decoding stops at the first frame past it.
-    data = encode_clip(40, 64, 64, seed=5, container="h264")
+    # A fragmented MP4 carries no frame count: the array is sized for the most the request allows
+    # and decoding stops at the first frame past it.
+    data = encode_clip(40, 64, 64, seed=5, movflags=FRAGMENTED)
+    assert header_frames(data) == 0
     tracemalloc.start()
     try:
         with pytest.raises(LauncherError) as info:

@@ -1,4 +1,5 @@
-"""One server per GPU across launcher processes (issue 10.7): real second processes hold the locks."""
+"""One server per GPU across launcher processes (issue 10.7): real second processes hold the locks (here in a
+lock folder of the test's; test_machine_gpu_lock.py covers the machine-wide default)."""
 from __future__ import annotations
 
 import json
@@ -54,6 +55,11 @@ def other(tmp_path: Path):
         h.kill()
 
 
+def record_of(lock_dir: Path, lock: str) -> Path:
+    """The holder record this user writes beside a lock file."""
+    return lock_dir / f"{lock}.{os.geteuid()}.json"
+
+
 def refusal(data_dir: Path, gpus: Optional[tuple[int, ...]]) -> ServerFailure:
     with pytest.raises(ServerFailure) as caught:
         gpu_lock.acquire(str(data_dir), gpus, gpu_lock.Holder.this_process("me"))
@@ -88,13 +94,13 @@ def test_a_dead_holders_lock_is_taken_over_and_its_record_rewritten(tmp_path: Pa
     try:
         assert lock.gpus == (0, 1)
         for gpu in (0, 1):
-            record = json.loads((tmp_path / "locks" / f"gpu-{gpu}.lock").read_text())
+            record = json.loads(record_of(tmp_path, f"gpu-{gpu}.lock").read_text())
             assert record["pid"] == os.getpid() and record["model"] == "mine" and record["gpus"] == "0,1"
         lock.update(url="http://127.0.0.1:1")
-        assert json.loads((tmp_path / "locks" / "gpu-0.lock").read_text())["url"] == "http://127.0.0.1:1"
+        assert json.loads(record_of(tmp_path, "gpu-0.lock").read_text())["url"] == "http://127.0.0.1:1"
     finally:
         lock.release()
-    assert (tmp_path / "locks" / "gpu-0.lock").read_text() == "", "a released lock keeps no stale record"
+    assert record_of(tmp_path, "gpu-0.lock").read_text() == "", "a released lock keeps no stale record"
     gpu_lock.acquire(str(tmp_path), None, gpu_lock.Holder.this_process("all")).release()
 
 
@@ -102,7 +108,8 @@ def test_lock_targets_follow_the_servers_visible_devices() -> None:
     assert gpu_lock.targets((1, 0), {"CUDA_VISIBLE_DEVICES": "3"}) == (0, 1), "the spec's list wins"
     assert gpu_lock.targets(None, {"CUDA_VISIBLE_DEVICES": "2, 3"}) == (2, 3)
     assert gpu_lock.targets(None, {}) is None
-    assert gpu_lock.targets(None, {"CUDA_VISIBLE_DEVICES": "GPU-5f3c1e2a"}) is None, "UUIDs: claim all"
+    assert gpu_lock.targets(None, {"CUDA_VISIBLE_DEVICES": "GPU-5f3c1e2a"}, lambda: None) is None, \
+        "UUIDs without NVML to map them: claim all"
 
 
 def test_supervisor_refuses_before_touching_anything(tmp_path: Path, other) -> None:
@@ -113,7 +120,7 @@ def test_supervisor_refuses_before_touching_anything(tmp_path: Path, other) -> N
     storage.mkdir(parents=True)
     (storage / "job.mp4").write_bytes(b"the other server's job")
     config = LocalConfig(server_command=(sys.executable, "-c", "raise SystemExit('must not run')"),
-                         data_dir=str(tmp_path))
+                         data_dir=str(tmp_path), gpu_lock_dir=str(tmp_path))
     sup = Supervisor(spec, config)
     with pytest.raises(ServerFailure) as caught:
         sup.start()

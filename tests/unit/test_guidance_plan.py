@@ -49,7 +49,8 @@ def test_cfg_runs_only_when_some_expert_has_guidance_above_1(guidance, guidance_
 def test_cfg_parallel_without_cfg_costs_one_gpu_of_speed():
     cfg = LaunchSpec(A14B.hf_id, gpus=(0, 1), parallel=ParallelConfig("cfg", 2, 2))
     uly = LaunchSpec(A14B.hf_id, gpus=(0, 1), parallel=ParallelConfig("ulysses", 2, 2))
-    assert speed_cost(cfg, cfg=False) == pytest.approx(speed_cost(LaunchSpec(A14B.hf_id)))
+    # one GPU's denoise; its VAE patch decode (tiled, on two ranks) is what differs (0.30 costs)
+    assert speed_cost(cfg, cfg=False) == pytest.approx(speed_cost(LaunchSpec(A14B.hf_id)), rel=0.05)
     assert speed_cost(cfg) < speed_cost(uly) < speed_cost(cfg, cfg=False)
 
 

@@ -70,9 +70,11 @@ def test_geforce_without_p2p_prefers_cfg_over_ulysses():
     rec = recommend(TI2V, RequestShape(832, 480, 81), gpus, p2p=False, host_available_gib=64.0)
     assert rec.spec.parallel.mode == "cfg"
     assert any("CFG-parallel configuration" in n for n in rec.notes)
-    # with peer-to-peer (or datacenter cards) the plain speed order applies
+    # with peer-to-peer (or datacenter cards) the plain speed order applies: no GeForce reordering, and
+    # 0.30's measured costs put CFG parallel with module offload before tensor parallel
     rec_p2p = recommend(TI2V, RequestShape(832, 480, 81), gpus, p2p=True, host_available_gib=64.0)
-    assert rec_p2p.spec.memory.offload == "none"
+    assert not any("CFG-parallel configuration" in n for n in rec_p2p.notes)
+    assert rec_p2p.spec.parallel.mode == "cfg" and rec_p2p.spec.memory.offload == "module"
 
 
 def test_datacenter_gpus_keep_cfg_then_ulysses_order_and_all_rungs_validate():
@@ -90,15 +92,16 @@ def test_datacenter_gpus_keep_cfg_then_ulysses_order_and_all_rungs_validate():
     assert costs == sorted(costs)
 
 
-def test_24gb_ti2v_picks_layerwise_before_module_and_says_the_expected_cost():
-    """Measured on an H200: layerwise offload is no slower per step, module offload +32% engine time."""
+def test_24gb_ti2v_picks_layerwise_untiled_and_says_the_expected_cost():
+    """Measured on an H200 with 0.30: layerwise offload +1% engine time (50 steps, 1280x704x121), module +5%,
+    VAE tiling +15% (a decode 4x slower); layerwise without tiling peaks at 20.6 GiB there, so it fits 24 GB."""
     rec = recommend(TI2V, RequestShape(1280, 704, 121), [24.0], host_available_gib=64.0)
-    assert rec.spec.memory.offload == "layerwise" and rec.spec.memory.vae_tiling
+    assert rec.spec.memory.offload == "layerwise" and not rec.spec.memory.vae_tiling
     assert "expected speed: " in rec.text() and "engine time" in rec.speed
-    assert [r.spec.memory.offload for r in rec.rejected if r.spec.memory.offload != "none"] == ["layerwise"]
+    assert [r.label for r in rec.rejected] == ["1 GPU, no offload"]
     module = next(r for r in build_ladder(LaunchSpec(TI2V), hypothetical_gpus([24.0]), RequestShape(1280, 704, 121))[0]
-                  if r.spec.memory.offload == "module")
-    assert "+32% engine time" in module.speed
+                  if r.spec.memory.offload == "module" and not r.spec.memory.vae_tiling)
+    assert "+5% engine time" in module.speed
 
 
 def test_fp8_only_when_allowed_and_last():

@@ -75,7 +75,7 @@ def assert_nothing_left(data_dir: Path, pgid: Optional[int], pids: list[int]) ->
     assert not [p for p in pids if alive(p)], "a server process outlived the cancel"
     assert pgid is not None and process_group.group_members(pgid) == []
     assert list(data_dir.glob("state/*.json")) == []
-    gpu_lock.acquire(str(data_dir), (0,), gpu_lock.Holder.this_process()).release()   # the GPU is free again
+    gpu_lock.acquire(None, (0,), gpu_lock.Holder.this_process()).release()   # the GPU is free again
 
 
 def test_cancel_while_starting_stops_the_stubborn_group_within_2s(tmp_path: Path) -> None:

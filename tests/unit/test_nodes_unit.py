@@ -290,13 +290,16 @@ class _Update:
 
 
 def test_remote_progress_shows_elapsed_time_and_grows_past_the_estimate():
-    with ComfyStandIn() as comfy:
+    with ComfyStandIn() as first_comfy:
         first = progress.JobProgress(progress.NodeReporter("1"), steps=40)
         first.on_update(_Update(12.4))
+    assert first_comfy.texts[0] == ("Running 12s (first job of this size on this server: no estimate yet, so the "
+                                    "bar shows time elapsed)", "1")
+    assert 0 < first_comfy.progress[-1][0] < progress.REMOTE_BAR      # a bar on the first job too
+    with ComfyStandIn() as comfy:
         tracker = progress.JobProgress(progress.NodeReporter("2"), steps=40, remote_estimate_s=20.0)
         for t in range(0, 61, 2):
             tracker.on_update(_Update(float(t)))
-    assert comfy.texts[0] == ("Running 12s (first job of this size on this server: no estimate yet)", "1")
     texts = [t for t, node in comfy.texts if node == "2"]
     assert "Running 10s, ~10s left (estimated from earlier jobs on this server)" in texts
     assert not any("~0s left" in t for t in texts)

@@ -1,4 +1,5 @@
-"""planner.memory against the committed H200 calibration points (bench/memory/results/h200-ti2v5b-vllm-omni-0.26.json).
+"""planner.memory for a 0.26 server against the committed H200 calibration points
+(bench/memory/results/h200-ti2v5b-vllm-omni-0.26.json; 0.30's are in test_memory_model_0_30.py).
 
 Each point is the NVML peak of the real vLLM-Omni 0.26 server for one job; the file says which points
 measure their own shape (valid) and why the others do not. Every valid point must stay within the
@@ -25,7 +26,8 @@ def _predicted_gib(point: dict) -> float:
     spec = LaunchSpec(TI2V, gpus=(0,), memory=MemoryConfig(offload=point["offload"], vae_tiling=point["vae_tiling"]),
                       runtime=RuntimeConfig(enforce_eager=point["enforce_eager"]))
     spec.validate()
-    return plan(spec, RequestShape(*point["shape"]), [140.4], host_available_gib=None).peak_gib
+    return plan(spec, RequestShape(*point["shape"]), [140.4], host_available_gib=None,
+                server_version=(0, 26)).peak_gib
 
 
 def test_file_holds_the_three_tiled_configurations_and_the_untiled_runs():

@@ -13,6 +13,7 @@ from vllm_omni_launcher import NODE_CLASS_MAPPINGS
 from vllm_omni_launcher.cli import main
 from vllm_omni_launcher.cli.launch_options import add_launch_options, launch_from_args
 from vllm_omni_launcher.errors import LauncherError
+from vllm_omni_launcher.planner.gpus import GpuScan
 from vllm_omni_launcher.planner.launch_plan import (GPU_MEMORY_ENV, RequestLimit, ServingChoice, resolve_launch,
                                                     select_gpus)
 from vllm_omni_launcher.server import local_config
@@ -130,7 +131,7 @@ def test_node_and_cli_auto_ask_the_planner_the_same_question(monkeypatch):
 
 
 def test_auto_without_gpu_sizes_says_so_and_starts_on_one_gpu(monkeypatch):
-    monkeypatch.setattr("vllm_omni_launcher.planner.launch_plan.query_gpus", lambda: ([], "no NVML here"))
+    monkeypatch.setattr("vllm_omni_launcher.planner.launch_plan.scan_gpus", lambda: GpuScan([], "no NVML here"))
     plan = _cli_plan("--model", TI2V, "--parallel", "auto")
     assert plan.spec == LaunchSpec(model=TI2V) and plan.fallback is None
     assert plan.text.startswith("auto: no GPU information (no NVML here)")

@@ -443,9 +443,9 @@ def test_template_request_obeys_its_model_rules(name, defs):
 
 
 LOCAL_TEMPLATES = {   # template -> (GPU memory its Note asks for, expected parallel layout)
-    "wan22_ti2v_5b_text_to_video": ("24", None),
-    "wan22_ti2v_5b_image_to_video": ("24", None),
-    "wan22_ti2v_5b_seed_sweep": ("24", None),
+    "wan22_ti2v_5b_text_to_video": ("16", None),
+    "wan22_ti2v_5b_image_to_video": ("16", None),
+    "wan22_ti2v_5b_seed_sweep": ("16", None),
     "wan22_t2v_a14b_2gpu_ulysses": ("80,80", ("ulysses", 2, 2, (0, 1))),
     "wan22_i2v_a14b_2gpu_cfg": ("80,80", ("cfg", 2, 2, (0, 1))),
     "wan22_t2v_a14b_4step_lora": ("80,80", ("ulysses", 2, 2, (0, 1))),
@@ -481,7 +481,7 @@ def test_template_serving_config_resolves_to_a_valid_launch_spec(name, defs, stu
     spec = plan.spec
     assert spec.validate(visible_gpus=len(memory.split(","))) == []      # no warnings either
     assert plan.fallback is not None, "auto_fallback is on in every template"
-    if layout is None:       # 'auto' on one 24 GB GPU: the planner chose, and said so
+    if layout is None:       # 'auto' on one 16 GB GPU: the planner chose, and said so
         assert serving.parallel_mode == "auto" and plan.text.startswith("Recommended: ")
         assert spec.parallel.world_size <= 1
     else:
@@ -492,31 +492,49 @@ def test_template_serving_config_resolves_to_a_valid_launch_spec(name, defs, stu
 
 # The TI2V templates serve with 'auto': what the planner picks for their defaults (Generate's widgets
 # are all 0) on the machines their Note describes, and the Note's words for each.
+TI2V_NOTES = ["wan22_ti2v_5b_text_to_video", "wan22_ti2v_5b_image_to_video", "wan22_ti2v_5b_seed_sweep"]
 TI2V_PLANS = [   # ((GPU GiB, free system RAM GiB), planner's choice, frames it reduces the default to, Note)
-    ((24, 64), "1 GPU + layerwise offload + VAE tiling", None, "on a 24 GB card layerwise offload + VAE tiling"),
-    ((24, 14), "1 GPU + layerwise offload + VAE tiling", None, "it needs about 14 GB of free system RAM"),
-    ((16, 64), "1 GPU + layerwise offload + VAE tiling", 25, "on smaller cards it lowers the frame count"),
-    ((48, 64), "1 GPU, no offload + VAE tiling", None, "on 48 GB no offload + VAE tiling"),
-    ((80, 64), "1 GPU, no offload", None, "on 80 GB neither"),
+    ((80, 64), "1 GPU, no offload", None, "on 40 GB or more no offload;"),
+    ((40, 64), "1 GPU, no offload", None, "on 40 GB or more no offload;"),
+    ((24, 64), "1 GPU + layerwise offload", None, "on a 24 GB card layerwise offload;"),
+    ((16, 64), "1 GPU + layerwise offload + VAE tiling", None,
+     "on 16 GB layerwise offload + VAE tiling, still at the full 121 frames;"),
+    ((8, 64), "1 GPU + layerwise offload + VAE tiling", 33,
+     "on smaller cards it lowers the frame count (33 frames on 8 GB)"),
 ]
 
 
-@pytest.mark.parametrize("name", ["wan22_ti2v_5b_text_to_video", "wan22_ti2v_5b_image_to_video",
-                                  "wan22_ti2v_5b_seed_sweep"])
+@pytest.mark.parametrize("name", TI2V_NOTES)
 @pytest.mark.parametrize("machine,label,frames,words", TI2V_PLANS)
 def test_ti2v_note_says_what_the_planner_picks_for_the_template_defaults(name, machine, label, frames, words, defs):
     from vllm_omni_launcher.planner.ladder import recommend
     from vllm_omni_launcher.server.spec import LaunchSpec
 
     note = _note(name)
-    assert words in note and "about 14 GB of free system RAM" in note      # layerwise keeps the DiT in host RAM
+    assert words in note and "With vLLM-Omni 0.30 (what setup installs)" in note
     model, serving = _template_choices(name, defs)
     assert serving.parallel_mode == "auto" and serving.gpus == "auto"
     gpu, ram = machine
-    rec = recommend(LaunchSpec(model=model.model), gpus=[gpu], host_available_gib=ram)
+    rec = recommend(LaunchSpec(model=model.model), gpus=[gpu], host_available_gib=ram, server_version=(0, 30))
     assert rec.label == label
     assert (rec.request.frames if rec.reduced else None) == frames
     assert rec.asked.label() == "1280x704x121" and "1280x704, 121 frames" in note
+
+
+@pytest.mark.parametrize("name", TI2V_NOTES)
+def test_ti2v_note_names_the_free_system_ram_layerwise_offload_needs(name, defs):
+    """With the RAM the Note names, a 24 GB card still gets layerwise offload; with 1 GB less it does not
+    (layerwise keeps the DiT and, on 0.30, the text encoder's blocks in pinned host RAM)."""
+    from vllm_omni_launcher.planner.ladder import recommend
+    from vllm_omni_launcher.server.spec import LaunchSpec
+
+    need = re.search(r"Layerwise offload needs about (\d+) GB of free system RAM", _note(name))
+    assert need, _note(name)
+    model, _ = _template_choices(name, defs)
+    enough, short = (recommend(LaunchSpec(model=model.model), gpus=[24], host_available_gib=float(ram),
+                               server_version=(0, 30)) for ram in (int(need[1]), int(need[1]) - 1))
+    assert enough.label == "1 GPU + layerwise offload" and not enough.reduced
+    assert short.spec is None or short.spec.memory.offload != "layerwise"
 
 
 @pytest.mark.parametrize("name", ["wan22_t2v_a14b_2gpu_ulysses", "wan22_i2v_a14b_2gpu_cfg",
@@ -540,12 +558,12 @@ def test_a_plan_that_reduces_the_default_request_says_generate_applies_it(defs, 
     real = ladder.recommend
     monkeypatch.setattr("vllm_omni_launcher.planner.launch_plan.recommend",
                         lambda base, **kw: real(base, host_available_gib=64, **kw))
-    monkeypatch.setenv(GPU_MEMORY_ENV, "16")                                                   # a small card
+    monkeypatch.setenv(GPU_MEMORY_ENV, "8")                                                    # a small card
     model, serving = _template_choices("wan22_ti2v_5b_text_to_video", defs)
     plan = serving.resolve(model.model, stub_config)
-    assert (plan.limit.width, plan.limit.height, plan.limit.frames) == (1280, 704, 25)
-    assert "request reduced: 1280x704x121 -> 1280x704x25" in plan.text
-    assert "Generate Video uses 1280x704x25 where its width, height and frames are 0" in plan.text
+    assert (plan.limit.width, plan.limit.height, plan.limit.frames) == (1280, 704, 33)
+    assert "request reduced: 1280x704x121 -> 1280x704x33" in plan.text
+    assert "Generate Video uses 1280x704x33 where its width, height and frames are 0" in plan.text
     assert not re.search(r"not [^\n]*: *$", plan.text, re.M), "a rejected configuration without a reason"
 
 

@@ -1,0 +1,175 @@
+"""When to ask a server about a job: every poll interval, and fast only in a short window around
+the job's expected end.
+
+A status GET costs the server well under a millisecond, and polling fast when a job is about
+done is what makes its completion noticed within tens of milliseconds instead of half a poll
+interval (0.125 s at 0.25 s). But "about done" is a guess: a client that polls every 10 ms from
+its guess until the job ends sends thousands of requests a minute to a shared server as soon as
+one job overruns (a 20 s job after 10 s ones: 933 requests). So fast polling is a window of
+FAST_WINDOW_S, opened once per expected end, and the interval is the normal one before and
+after it.
+
+Where the expected end comes from (one mechanism for every caller: the nodes, `generate` in the
+CLI, and a plain `VideoClient.generate()`):
+
+* a hint (`due()`, optional): the caller knows the job is finishing (a supervised server's log
+  showed the last denoise step). Its rising edge opens a window at once, or, when jobs of this
+  kind here have shown how long they take after the hint, LEAD_S before that time;
+* what earlier jobs of the same kind on the same server took (`Expectations`, this process's
+  memory; kind = everything of the request but its prompt, seed and image bytes): the window
+  opens LEAD_S before the learned running time. The first job of a kind has no estimate and is
+  polled at the normal interval only, unless a hint opens a window.
+
+A hint that turns false and true again (a batch: each clip's last denoise step) opens a new
+window each time; one that stays true opens one.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Hashable, Optional
+
+from .transport import sleep_checking
+
+FAST_POLL_S = 0.02      # poll interval inside the window; on an H200 at 1280x704x121 completion was
+                        # noticed 0.022 s after inference_time_s at 0.02 s polls (0.035 s at 0.04 s);
+                        # 0.01 s saves about 0.005 s more for twice the requests
+FAST_WINDOW_S = 1.5     # how long one window lasts: at most FAST_WINDOW_S / FAST_POLL_S = 75 fast polls
+LEAD_S = 0.5            # a learned end opens its window this much early (a poll interval of jitter in
+                        # when the job was seen starting, plus the job's own spread)
+_LEARN_WEIGHT = 0.5     # the newest job's share in a learned time (a moving average)
+
+
+@dataclass
+class Expectation:
+    """What earlier jobs of one kind on one server took (seconds): from the first poll that saw
+    them running to the poll that saw them done, and from the hint's rising edge to done."""
+
+    run_s: Optional[float] = None
+    after_hint_s: Optional[float] = None
+
+
+class Expectations:
+    """This process's learned job times, by (server URL, job kind). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_key: dict[tuple[str, Hashable], Expectation] = {}
+
+    def get(self, url: str, kind: Hashable) -> Expectation:
+        with self._lock:
+            found = self._by_key.get((url, kind))
+            return Expectation(found.run_s, found.after_hint_s) if found is not None else Expectation()
+
+    def learn(self, url: str, kind: Hashable, run_s: Optional[float], after_hint_s: Optional[float]) -> None:
+        with self._lock:
+            old = self._by_key.setdefault((url, kind), Expectation())
+            old.run_s = _blend(old.run_s, run_s)
+            old.after_hint_s = _blend(old.after_hint_s, after_hint_s)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._by_key.clear()
+
+
+def _blend(old: Optional[float], new: Optional[float]) -> Optional[float]:
+    if new is None or new < 0:
+        return old
+    return new if old is None else (1 - _LEARN_WEIGHT) * old + _LEARN_WEIGHT * new
+
+
+LEARNED = Expectations()
+
+
+def job_kind(request: Any) -> Hashable:
+    """What decides how long a job takes: every field of the request but its texts, seed and image
+    bytes (an image's presence counts)."""
+    skip = {"prompt", "negative_prompt", "seed", "image_png"}
+    parts: list[Any] = [("image", getattr(request, "image_png", None) is not None)]
+    for f in fields(request):
+        if f.name not in skip:
+            value = getattr(request, f.name)
+            parts.append((f.name, tuple(sorted(value.items())) if isinstance(value, dict) else value))
+    return tuple(parts)
+
+
+@dataclass
+class PollCadence:
+    """The sleeps between one poll loop's status requests (see the module docstring).
+
+    `expected`: what earlier jobs of this kind took here. Call `running(now)` when a poll first
+    sees the job running, `wait()` between polls, and `finished(now)` with the poll that saw it
+    done (it returns the times to learn)."""
+
+    poll_s: float
+    due: Optional[Callable[[], bool]] = None
+    expected: Expectation = field(default_factory=Expectation)
+    clock: Callable[[], float] = time.monotonic
+    running_at: Optional[float] = None
+    hint_at: Optional[float] = None          # the latest rising edge of due()
+    fast_polls: int = 0                      # fast sleeps taken (what the window cost)
+    _hinted: bool = False
+    _window: Optional[tuple[float, float]] = None
+
+    def running(self, now: float) -> None:
+        """A poll saw the job running (only the first call counts)."""
+        if self.running_at is None:
+            self.running_at = now
+            if self.expected.run_s is not None and self._window is None:
+                start = now + self.expected.run_s - LEAD_S
+                self._window = (start, start + FAST_WINDOW_S)
+
+    def _look(self, now: float) -> None:
+        """Read the hint; a rising edge opens a new window."""
+        if self.due is None:
+            return
+        hinted = _quietly(self.due)
+        if hinted and not self._hinted:
+            self.hint_at = now
+            after = self.expected.after_hint_s
+            start = now if after is None else max(now, now + after - LEAD_S)
+            self._window = (start, start + FAST_WINDOW_S)
+        self._hinted = hinted
+
+    def near_end(self) -> bool:
+        """Has the job reached its expected end (its window opened, now or earlier)?"""
+        now = self.clock()
+        self._look(now)
+        return self._window is not None and now >= self._window[0]
+
+    def wait(self, sleep: Callable[[float], None], should_cancel: Optional[Callable[[], bool]]) -> None:
+        """Sleep until the next poll: FAST_POLL_S inside the window, else the poll interval, cut
+        short when the window opens meanwhile (the hint is read every FAST_POLL_S)."""
+        now = self.clock()
+        self._look(now)
+        if self._window is not None and self._window[0] <= now < self._window[1]:
+            self.fast_polls += 1
+            sleep_checking(FAST_POLL_S, should_cancel, sleep)
+            return
+        left = self.poll_s
+        if self._window is not None and now < self._window[0]:
+            left = min(left, self._window[0] - now)
+        while left > 0:
+            step = min(left, FAST_POLL_S) if self.due is not None else left
+            sleep_checking(step, should_cancel, sleep)
+            left -= step
+            if self.due is not None:
+                opened = self._window
+                self._look(self.clock())
+                if self._window is not opened:
+                    return                    # the hint just opened a window: poll now
+
+    def finished(self, now: float) -> tuple[Optional[float], Optional[float]]:
+        """The poll at `now` saw the job done: (running -> done, hint -> done) seconds to learn."""
+        run_s = now - self.running_at if self.running_at is not None else None
+        after_hint = now - self.hint_at if self.hint_at is not None else None
+        return run_s, after_hint
+
+
+def _quietly(due: Callable[[], bool]) -> bool:
+    """`due()`, where a failing callback only means "not due" (it is a speed hint)."""
+    try:
+        return bool(due())
+    except Exception:  # noqa: BLE001
+        return False

@@ -1,0 +1,117 @@
+"""What the ladder answers (planner/ladder.py): the rungs it tried and the recommendation.
+
+Kept apart from the walk itself, as memory_plan.py is from memory.py: `text()` is what `plan`,
+the Local Server node and `generate` / `serve` print, `to_dict()` the JSON of `plan --json`.
+Both say which vLLM-Omni line the estimates were calibrated for.
+"""
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ..server.flags import Version
+from ..server.spec import LaunchSpec
+from .calibration import calibration_label
+from .gpus import GpuInfo
+from .memory import RequestShape
+from .memory_plan import MemoryPlan
+
+
+@dataclass
+class Rung:
+    """One configuration on the ladder, with its estimate."""
+
+    spec: LaunchSpec
+    label: str
+    speed: str                  # a short, honest speed note
+    plan: Optional[MemoryPlan] = None
+    fits: Optional[bool] = None
+    why_not: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "speed": self.speed, "flags": self.spec.flags()[1:],
+                "gpus": list(self.spec.gpus) if self.spec.gpus is not None else None,
+                "fits": self.fits, "why_not": self.why_not,
+                "peak_gib": None if self.plan is None else round(self.plan.peak_gib, 2),
+                "per_gpu_peak_gib": None if self.plan is None else [round(g.peak_gib, 2) for g in self.plan.gpus],
+                "warnings": list(self.warnings)}
+
+
+@dataclass
+class Recommendation:
+    """The fastest fitting configuration (or None), and why each faster one does not fit."""
+
+    spec: Optional[LaunchSpec]
+    request: RequestShape                  # may be smaller than asked (see `reduced`)
+    asked: RequestShape
+    plan: Optional[MemoryPlan]
+    label: str
+    reason: str
+    rejected: list[Rung]                   # faster rungs that did not fit, in ladder order
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    max_frames: Optional[int] = None       # most frames the chosen spec fits at this size
+    gpus: list[GpuInfo] = field(default_factory=list)
+    speed: str = ""                        # the chosen rung's expected cost (planner/speed_costs.py)
+    server_version: Optional[Version] = None   # the vLLM-Omni line planned for (None: the pinned default)
+
+    def __post_init__(self) -> None:   # the rung chosen for a reduced request is not a rejected one
+        self.rejected = [r for r in self.rejected if r.spec is not self.spec]
+
+    @property
+    def reduced(self) -> bool:
+        return self.request != self.asked
+
+    @property
+    def calibration(self) -> str:
+        """Which vLLM-Omni line's memory and speed figures the estimates use."""
+        return calibration_label(self.server_version)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "spec": self.spec.to_dict() if self.spec else None,
+            "flags": self.spec.flags()[1:] if self.spec else None,
+            "label": self.label,
+            "request": self.request.to_dict(),
+            "asked": self.asked.to_dict(),
+            "reduced": self.reduced,
+            "reason": self.reason,
+            "max_frames": self.max_frames,
+            "plan": self.plan.to_dict() if self.plan else None,
+            "rejected": [r.to_dict() for r in self.rejected],
+            "notes": list(self.notes),
+            "warnings": list(self.warnings),
+            "gpus": [g.to_dict() for g in self.gpus],
+            "speed": self.speed,
+            "calibration": self.calibration,
+        }
+
+    def text(self) -> str:
+        lines = []
+        if self.spec is None:
+            lines.append(f"No configuration fits: {self.reason}")
+        else:
+            # shlex.join: the command must paste into a shell as it is (replicas' --stage-overrides is JSON)
+            command = shlex.join(["vllm", "serve", self.spec.model, *self.spec.flags()[1:]])
+            gpus = "" if self.spec.gpus is None else f"CUDA_VISIBLE_DEVICES={','.join(map(str, self.spec.gpus))} "
+            lines.append(f"Recommended: {self.label}")
+            lines.append(f"  {gpus}{command}")
+            lines.append(f"  why: {self.reason}")
+            if self.speed:
+                lines.append(f"  expected speed: {self.speed}")
+            if self.reduced:
+                lines.append(f"  request reduced: {self.asked.label()} -> {self.request.label()}")
+            if self.max_frames:
+                lines.append(f"  at {self.request.width}x{self.request.height} this configuration fits up to "
+                             f"{self.max_frames} frames")
+        asked = f" at {self.asked.label()}" if self.reduced or self.spec is None else ""   # the request they are for
+        for r in self.rejected:
+            lines.append(f"  not {r.label}{asked}: {r.why_not}")
+        lines.append(f"  estimates calibrated for {self.calibration}")
+        for w in self.warnings:
+            lines.append(f"warning: {w}")
+        for n in self.notes:
+            lines.append(f"note: {n}")
+        return "\n".join(lines)
