@@ -1,127 +1,31 @@
-"""What the launcher knows about each Wan2.2 model: identity, shape, rules and defaults.
+"""The rules a Wan request must meet and the one place its defaults are filled in.
 
-Upstream vLLM-Omni keys the pipeline on `model_index.json` and silently rewrites bad
-request values (frames to 4k+1, sizes floored) or fails the job late (I2V sizes). We keep
-the rules here, once, so the spec, the planner, the client and the nodes agree and can
-tell the user the nearest valid value before a GPU minute is spent.
+Upstream vLLM-Omni silently rewrites bad request values (frames to 4k+1, sizes floored) or
+fails the job late (I2V sizes, missing media). We keep the rules here, once, so the spec, the
+planner, the client and the nodes agree and can tell the user the nearest valid value before
+a GPU minute is spent. The families themselves (identity, shape, defaults, local folders) are
+families.py's; they are re-exported here so callers import the model layer from one place.
 """
 from __future__ import annotations
 
-import difflib
-
-import json
 import math
 import numbers
-import os
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Optional
+from typing import TYPE_CHECKING, Optional
 
 from .errors import LauncherError
+from .families import (ALL_FAMILIES, FAMILIES, LOCAL_PREFIX, PIPELINE_FAMILIES, LocalModel, WanFamily,
+                       family_for, family_of_folder, find_local_models)
 
 if TYPE_CHECKING:
+    from .client.media import AudioClip, ControlVideo, ReferenceImage
     from .client.request import VideoRequest
 
-LOCAL_PREFIX = "local/"      # Load Model's label for a folder under ComfyUI's model folders
+__all__ = ["ALL_FAMILIES", "FAMILIES", "LOCAL_PREFIX", "PIPELINE_FAMILIES", "S2V_FRAMES_PER_CLIP_MAX", "LocalModel",
+           "WanFamily", "check_media", "check_request", "family_for", "family_of_folder", "find_local_models",
+           "guidance_as_sent", "nearest_frames", "request_for"]
 
 
-@dataclass(frozen=True)
-class WanFamily:
-    """One Wan2.2 model family and its upstream-recommended request defaults."""
-
-    key: str                 # stable id used in workflows: "t2v_a14b" | "i2v_a14b" | "ti2v_5b"
-    label: str
-    hf_id: str
-    pipeline_class: str      # model_index.json _class_name
-    attention_heads: int
-    layers: int
-    dit_params_b: float      # parameters per DiT expert, billions
-    experts: int             # 2 for the A14B MoE (transformer + transformer_2)
-    size_multiple: int       # 16 for A14B (VAE x8, patch 2), 32 for TI2V-5B (VAE x16, patch 2)
-    vae_spatial: int         # VAE spatial compression
-    latent_channels: int
-    image_input: str         # "none" | "required" | "optional"
-    # request defaults (Wan2.2 upstream recommendations: docs/upstream-facts.md, "Wan2.2 request defaults")
-    width: int
-    height: int
-    frames: int
-    fps: float
-    steps: int
-    guidance: float
-    guidance_2: float
-    boundary_ratio: float
-    flow_shift: float
-
-
-FAMILIES: dict[str, WanFamily] = {
-    f.key: f
-    for f in (
-        WanFamily("t2v_a14b", "Wan2.2 T2V-A14B", "Wan-AI/Wan2.2-T2V-A14B-Diffusers", "WanPipeline",
-                  40, 40, 14.29, 2, 16, 8, 16, "none",
-                  832, 480, 81, 16.0, 40, 4.0, 3.0, 0.875, 12.0),
-        WanFamily("i2v_a14b", "Wan2.2 I2V-A14B", "Wan-AI/Wan2.2-I2V-A14B-Diffusers", "WanImageToVideoPipeline",
-                  40, 40, 14.29, 2, 16, 8, 16, "required",
-                  832, 480, 81, 16.0, 40, 3.5, 3.5, 0.9, 5.0),
-        WanFamily("ti2v_5b", "Wan2.2 TI2V-5B", "Wan-AI/Wan2.2-TI2V-5B-Diffusers", "WanPipeline",
-                  24, 30, 5.0, 1, 32, 16, 48, "optional",
-                  1280, 704, 121, 24.0, 50, 5.0, 5.0, 0.875, 5.0),
-    )
-}
-
-_BY_HF_ID = {f.hf_id.lower(): f for f in FAMILIES.values()}
-
-
-def family_for(model: str) -> WanFamily:
-    """Identify the Wan2.2 family of an HF id or a local Diffusers folder.
-
-    A local folder is recognised from its own `model_index.json` (as upstream does), so a
-    renamed or fine-tuned copy works; an HF id must be one of the three Wan2.2 repos.
-    """
-    path = Path(model).expanduser()
-    if path.is_dir():
-        return family_of_folder(path)
-    family = _BY_HF_ID.get(model.strip().lower())
-    if family is None:
-        ids = [f.hf_id for f in FAMILIES.values()]
-        near = difflib.get_close_matches(model.strip().lower(), list(_BY_HF_ID), n=1, cutoff=0.6)
-        as_path = model.startswith(("/", "./", "../", "~")) or "\\" in model or model.count("/") > 1
-        why = (f"there is no folder at {path}" if as_path else
-               "the launcher supports the three Wan2.2 Diffusers repos or a local folder holding one of them")
-        raise LauncherError(
-            f"Unknown model '{model}'", why,
-            (f"did you mean {_BY_HF_ID[near[0]].hf_id}? " if near else "") + "use one of " + ", ".join(ids)
-            + ", or the path of a local Wan2.2 *-Diffusers folder (it must contain model_index.json)",
-            setting="model",
-        )
-    return family
-
-
-def family_of_folder(path: Path) -> WanFamily:
-    """The Wan2.2 family a Diffusers folder holds, from its model_index.json (as upstream reads it)."""
-    index = path / "model_index.json"
-    if not index.is_file():
-        raise LauncherError(
-            f"'{path}' is not a Diffusers model folder",
-            "it has no model_index.json; vLLM-Omni loads only Diffusers-format Wan2.2 repos, "
-            "not the original Wan-AI checkpoints",
-            "download the *-Diffusers repo (e.g. Wan-AI/Wan2.2-TI2V-5B-Diffusers) into that folder",
-            setting="model",
-        )
-    try:
-        data = json.loads(index.read_text())
-    except (OSError, ValueError) as exc:
-        raise LauncherError(f"Cannot read {index}", str(exc), "re-download the model", setting="model") from exc
-    cls = data.get("_class_name", "")
-    if cls == "WanImageToVideoPipeline":
-        return FAMILIES["i2v_a14b"]
-    if cls == "WanPipeline":
-        return FAMILIES["ti2v_5b"] if data.get("expand_timesteps") else FAMILIES["t2v_a14b"]
-    raise LauncherError(
-        f"'{path}' holds a {cls or 'unknown'} pipeline, not Wan2.2",
-        "model_index.json names the pipeline class and vLLM-Omni picks its code from it",
-        "use a Wan2.2 T2V-A14B, I2V-A14B or TI2V-5B Diffusers folder",
-        setting="model",
-    )
+S2V_FRAMES_PER_CLIP_MAX = 120    # per-clip frames (memory grows with them; upstream's default is 80)
 
 
 def nearest_frames(frames: int) -> int:
@@ -143,6 +47,14 @@ def check_request(family: WanFamily, *, width: int, height: int, frames: int, ha
                 f"set {name} to {lower}" + (f" or {upper}" if upper != lower else ""),
                 setting=name,
             )
+    if family.pipeline == "s2v":
+        _check_s2v_frames(frames)
+        if not has_image:
+            raise LauncherError(
+                f"{family.label} needs a reference image",
+                "speech-to-video animates the person in one image; upstream fails the job with 'No reference "
+                "image provided'", "connect an IMAGE (the face or portrait) to the 'image' input", setting="image")
+        return
     if frames < 1 or (frames - 1) % 4:
         raise LauncherError(
             f"frames {frames} is not valid for Wan2.2",
@@ -166,51 +78,38 @@ def check_request(family: WanFamily, *, width: int, height: int, frames: int, ha
         )
 
 
-# ----------------------------------------------------------------------------- local folders
-@dataclass(frozen=True)
-class LocalModel:
-    """A Wan2.2 Diffusers folder found under one of ComfyUI's model folders."""
+def _check_s2v_frames(frames: int) -> None:
+    if frames < 16 or frames > S2V_FRAMES_PER_CLIP_MAX or frames % 4:
+        near = min(S2V_FRAMES_PER_CLIP_MAX, max(16, round(frames / 4) * 4))
+        raise LauncherError(
+            f"frames {frames} is not valid for speech-to-video",
+            "for S2V, frames is the length of each clip (the audio decides how many clips); upstream uses 80, "
+            f"and the launcher takes multiples of 4 from 16 to {S2V_FRAMES_PER_CLIP_MAX}",
+            f"set frames to {near}", setting="frames")
 
-    label: str               # "local/<path relative to the model folder>", never an absolute path
-    path: Path
-    family: WanFamily
 
+def check_media(family: WanFamily, *, width: int, height: int, frames: int, control_video: Optional["ControlVideo"],
+                reference_images: tuple["ReferenceImage", ...], audio: Optional["AudioClip"]) -> None:
+    """Refuse media the family cannot take, or that does not fit the request, before it is sent
+    (docs/wan-pipelines.md, sections 3-4: what VACE and S2V do with a mismatched input)."""
+    given = [name for name, on in (("control_video", control_video), ("reference_images", reference_images),
+                                   ("audio", audio)) if on]
+    takes = {"vace": ("control_video", "reference_images"), "s2v": ("audio",)}.get(family.pipeline, ())
+    for name in given:
+        if name not in takes:
+            raise LauncherError(
+                f"{family.label} does not take {name.replace('_', ' ')}",
+                "only VACE models take a control video or reference images, and only S2V takes audio",
+                f"disconnect '{name}', or load " + ("Wan2.1 VACE" if name != "audio" else "Wan2.2 S2V-14B"),
+                setting=name)
+    if family.pipeline == "s2v" and audio is None:
+        raise LauncherError(f"{family.label} needs audio", "speech-to-video follows the audio (upstream fails "
+                            "the job with 'No audio provided')", "connect an AUDIO (e.g. Load Audio) to 'audio'",
+                            setting="audio")
+    from .client.media import check_fits   # lazy, as for VideoRequest
 
-def find_local_models(roots: Iterable[Path], skipped: Optional[dict[str, str]] = None) -> dict[str, LocalModel]:
-    """Every Wan2.2 Diffusers folder under `roots`, at any depth, keyed by its label.
-
-    Walks like ComfyUI's own Diffusers loader (recursively, following links, labelled by
-    relative path), so `models/diffusers/Wan-AI/Wan2.2-TI2V-5B-Diffusers`, the layout
-    `huggingface-cli download --local-dir` makes, is found. A folder with model_index.json
-    is a model and is not searched further; other pipelines (SDXL, ...) are skipped, and so
-    are folders whose model_index.json cannot be read: `skipped`, when given, gets each
-    such folder with why (the doctor lists them). The first root wins when two hold the
-    same relative path.
-    """
-    found: dict[str, LocalModel] = {}
-    for root in roots:
-        visited: set[str] = set()
-        for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
-            real = os.path.realpath(dirpath)
-            if real in visited:            # a link back up the tree
-                dirnames[:] = []
-                continue
-            visited.add(real)
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-            if "model_index.json" not in filenames:
-                continue
-            dirnames[:] = []
-            folder = Path(dirpath)
-            try:
-                family = family_of_folder(folder)
-            except LauncherError as exc:
-                if skipped is not None:
-                    skipped[str(folder)] = exc.what
-                continue
-            relative = folder.relative_to(root).as_posix()
-            label = LOCAL_PREFIX + (relative if relative != "." else folder.name)
-            found.setdefault(label, LocalModel(label, folder, family))
-    return found
+    check_fits(width=width, height=height, frames=frames, control_video=control_video,
+               reference_images=reference_images)
 
 
 # ----------------------------------------------------------------------------- requests
@@ -237,14 +136,20 @@ def request_for(family: WanFamily, *, prompt: str, negative_prompt: Optional[str
                 fps: Optional[float] = None, steps: Optional[int] = None, guidance: Optional[float] = None,
                 guidance_2: Optional[float] = None, boundary_ratio: Optional[float] = None,
                 flow_shift: Optional[float] = None, seed: Optional[int] = None,
-                image_png: Optional[bytes] = None) -> "VideoRequest":
+                image_png: Optional[bytes] = None, control_video: Optional["ControlVideo"] = None,
+                reference_images: tuple["ReferenceImage", ...] = (),
+                audio: Optional["AudioClip"] = None) -> "VideoRequest":
     """The one place request defaults are filled in and checked (nodes and CLI).
 
     A value left out takes the model's recommended one: None, or the node widgets' markers
     (0 for width, height, frames, fps and steps; any negative number for guidance,
     guidance_2, boundary_ratio and flow_shift, where 0 is a real value). guidance_2 and
-    boundary_ratio are sent only to the two-expert A14B models. Raises LauncherError,
-    naming the setting and the nearest valid value, before anything reaches a server.
+    boundary_ratio are sent only to the two-expert A14B models. A step-distilled ("dmd") family
+    sends its own steps and guidance (the server runs those whatever is sent; another value is
+    refused); flow_shift goes to plain Wan only (VACE, S2V and DMD read the server's --flow-shift).
+    VACE takes `control_video` or `reference_images`, S2V `image_png` plus `audio` (client/media.py).
+    Raises LauncherError, naming the setting and the nearest valid value, before anything
+    reaches a server.
     """
     from .client.request import VideoRequest   # lazy: the server side imports models without the client
 
@@ -270,11 +175,47 @@ def request_for(family: WanFamily, *, prompt: str, negative_prompt: Optional[str
     width, height = positive(width, family.width), positive(height, family.height)
     frames = positive(frames, family.frames)
     check_request(family, width=width, height=height, frames=frames, has_image=image_png is not None)
+    reference_images = tuple(reference_images)
+    check_media(family, width=width, height=height, frames=frames, control_video=control_video,
+                reference_images=reference_images, audio=audio)
     two = family.experts == 2
-    return VideoRequest(
+    if family.pipeline == "dmd":
+        _check_distilled(family, steps, guidance)
+    guidance, guidance_2 = guidance_as_sent(family, guidance, guidance_2)
+    request = VideoRequest(
         prompt=prompt, negative_prompt=negative_prompt or None, width=width, height=height, num_frames=frames,
-        fps=positive(fps, family.fps), steps=positive(steps, family.steps),
-        guidance=given(guidance, family.guidance),
-        guidance_2=given(guidance_2, family.guidance_2) if two else None,
+        fps=positive(fps, family.fps), steps=positive(steps, family.steps), guidance=guidance, guidance_2=guidance_2,
         boundary_ratio=given(boundary_ratio, family.boundary_ratio) if two else None,
-        flow_shift=given(flow_shift, family.flow_shift), seed=seed, image_png=image_png)
+        flow_shift=given(flow_shift, family.flow_shift) if family.pipeline == "wan" else None,
+        seed=seed, image_png=image_png,
+        control_video=control_video, reference_images=reference_images, audio=audio)
+    if family.pipeline == "s2v" and audio is not None:
+        from .client.media import s2v_output_frames
+
+        if request.fps != 16:     # S2V makes 16 fps (S2V_OUTPUT_FPS); another MP4 rate desyncs the audio
+            raise LauncherError(f"fps {request.fps:g} is not possible for {family.label}", "it generates 16 "
+                                "frames a second to match the audio", "set fps to 16 (0 on the node)", setting="fps")
+        request.output_frames = s2v_output_frames(frames, audio.seconds)
+    return request
+
+
+def guidance_as_sent(family: WanFamily, guidance: Optional[float] = None,
+                     guidance_2: Optional[float] = None) -> tuple[float, Optional[float]]:
+    """(guidance, guidance_2) as a request sends them (None / a negative marker: the model's value;
+    guidance_2 only for the two-expert A14B), without the request's other checks: what the launch
+    plan needs to know whether jobs run CFG before their media exist."""
+    def given(value: Optional[float], default: float) -> float:
+        return default if value is None or value < 0 else value
+    return given(guidance, family.guidance), (given(guidance_2, family.guidance_2) if family.experts == 2 else None)
+
+
+def _check_distilled(family: WanFamily, steps: Optional[int], guidance: Optional[float]) -> None:
+    """A step-distilled model runs its own steps and guidance; a different value asked for would be
+    dropped by the server without a word (pipeline_wan2_2.py:717-720, 732), so it is refused here."""
+    for name, value, fixed in (("steps", steps, family.steps), ("guidance", guidance, family.guidance)):
+        if value is not None and (value > 0 if name == "steps" else value >= 0) and value != fixed:
+            raise LauncherError(f"{family.label} runs {fixed:g} as {name}, not {value:g}",
+                                "it is step-distilled: the server uses the steps and guidance it was distilled "
+                                "for and ignores the request's", f"leave {name} at the model's value "
+                                f"({'0' if name == 'steps' else '-1'} on the node, or leave the option out)",
+                                setting=name)

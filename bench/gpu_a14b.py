@@ -32,7 +32,7 @@ from typing import Any, Callable
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
-from gpu_e2e import _import_package, gpu_processes, server_command, server_extra_env  # noqa: E402
+from gpu.common import gpu_processes, import_package as _import_package, server_command, server_extra_env  # noqa: E402
 
 PROMPT = "a red fox running through snow"
 STOP_RESERVE_S = 35.0          # stopping the server and writing the report after the last job
@@ -167,13 +167,13 @@ def planner_prediction(spec: Any, job: Job) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace, save: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-    from gpu_comfyui_e2e import Gpu
+    from gpu.common import Gpu
     from vllm_omni_launcher.client.api import VideoClient
     from vllm_omni_launcher.models import family_for, request_for
-    from vllm_omni_launcher.server import versions
-    from vllm_omni_launcher.server.local_config import LocalConfig
-    from vllm_omni_launcher.server.spec import LaunchSpec, RuntimeConfig
-    from vllm_omni_launcher.server.supervisor import Supervisor
+    from vllm_omni_launcher.server.launch import versions
+    from vllm_omni_launcher.server.config.local_config import LocalConfig
+    from vllm_omni_launcher.server.launch.spec import LaunchSpec, RuntimeConfig
+    from vllm_omni_launcher.server.supervision.supervisor import Supervisor
 
     t_begin = time.monotonic()
     left = lambda: args.deadline_s - (time.monotonic() - t_begin)  # noqa: E731

@@ -44,17 +44,17 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "comfyui"))
+PKG = Path(os.environ.get("VLLM_OMNI_LAUNCHER_PKG") or REPO).resolve()   # the pack ComfyUI loads (gpu_e2e.PKG)
+sys.path.insert(0, str(PKG / "tests" / "comfyui"))
 
 sys.path.insert(0, str(REPO / "bench"))
 
 from comfy_harness import PACK_NAME, ComfyUI, comfyui_version  # noqa: E402
-from gpu_e2e import _import_package  # noqa: E402
+from gpu.common import NOT_ON_CPU, Gpu, import_package as _import_package  # noqa: E402,F401  (Gpu: the scripts' name)
 
 T2V = "wan22_ti2v_5b_text_to_video"
 I2V = "wan22_ti2v_5b_image_to_video"
 TEXT_EVENT = 3                                   # ComfyUI's BinaryEventTypes.TEXT (send_progress_text)
-NOT_ON_CPU = "not measured on CPU"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 JOB_LINE = re.compile(r'"POST /v1/videos HTTP/1\.[01]" \d{3}')
 STAGE_MS = re.compile(r"\|\s*stage_gen_time_ms\s*\|\s*([\d.]+)\s*\|")
@@ -64,7 +64,7 @@ STEP = re.compile(r"(\d+)/(\d+)")
 
 # ----------------------------------------------------------------------------- pure parts
 def load_api(name: str) -> dict:
-    return json.loads((REPO / "workflows" / "api" / f"{name}.api.json").read_text())
+    return json.loads((PKG / "workflows" / "api" / f"{name}.api.json").read_text())
 
 
 def node_of(prompt: dict, class_type: str) -> str:
@@ -222,74 +222,6 @@ def _binary_event(raw: bytes) -> dict:
     return {"type": "text", "data": {}, "node": raw[8:8 + n].decode(), "text": raw[8 + n:].decode(errors="replace")}
 
 
-class Gpu:
-    """NVML (pynvml, else nvidia-smi) sampled every 0.2 s in a thread; None everywhere on CPU."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled and shutil.which("nvidia-smi") is not None
-        self.samples: list[tuple[float, int, int]] = []   # (t, used MiB, utilization %)
-        self._stop = threading.Event()
-        self._handle = None
-        if self.enabled:
-            try:
-                import pynvml
-
-                pynvml.nvmlInit()
-                self._nvml = pynvml
-                self._handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-            except Exception:   # no usable pynvml: nvidia-smi
-                self._handle = None
-            threading.Thread(target=self._loop, daemon=True).start()
-
-    def _read(self) -> tuple[int, int]:
-        if self._handle is not None:
-            mem = self._nvml.nvmlDeviceGetMemoryInfo(self._handle)
-            util = self._nvml.nvmlDeviceGetUtilizationRates(self._handle)
-            return int(mem.used / 2**20), int(util.gpu)
-        out = subprocess.run(["nvidia-smi", "-i", "0", "--query-gpu=memory.used,utilization.gpu",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
-        used, util = (int(x) for x in out.stdout.split(","))
-        return used, util
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                used, util = self._read()
-                self.samples.append((time.monotonic(), used, util))
-            except Exception:
-                pass
-            time.sleep(0.2)
-
-    def peak_mib(self, since: float, until: Optional[float] = None) -> Any:
-        if not self.enabled:
-            return NOT_ON_CPU
-        window = [s[1] for s in self.samples if s[0] >= since and (until is None or s[0] <= until)]
-        return max(window) if window else None
-
-    def idle_after(self, since: float, timeout: float, util_below: int = 5, hold: int = 5) -> Any:
-        """Seconds after ``since`` when utilization stayed below ``util_below`` % for ``hold`` samples."""
-        if not self.enabled:
-            return NOT_ON_CPU
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            window = [s for s in self.samples if s[0] >= since]
-            for i in range(len(window) - hold + 1):
-                if all(s[2] < util_below for s in window[i:i + hold]):
-                    return round(window[i][0] - since, 2)
-            time.sleep(0.2)
-        return None
-
-    def processes(self) -> Any:
-        if not self.enabled:
-            return NOT_ON_CPU
-        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10)
-        return [line.strip() for line in out.stdout.splitlines() if line.strip()]
-
-    def close(self) -> None:
-        self._stop.set()
-
-
 # ----------------------------------------------------------------------------- ComfyUI
 class Comfy(ComfyUI):
     """A ComfyUI process as a user runs it: ``main.py --listen 127.0.0.1`` (``--cpu`` only in the
@@ -307,10 +239,10 @@ class Comfy(ComfyUI):
         for sub in ("custom_nodes", "input", "output", "user", "models/diffusers", "empty-front-end"):
             (base / sub).mkdir(parents=True, exist_ok=True)
         link = base / "custom_nodes" / PACK_NAME
-        if link.is_symlink() and link.resolve() != REPO:   # a link left by an earlier call's copy
+        if link.is_symlink() and link.resolve() != PKG:   # a link left by an earlier call's copy
             link.unlink()
         if not link.is_symlink():
-            link.symlink_to(REPO, target_is_directory=True)
+            link.symlink_to(PKG, target_is_directory=True)
         example = self.comfy_dir / "input" / "example.png"
         if example.is_file():
             shutil.copy2(example, base / "input" / "example.png")

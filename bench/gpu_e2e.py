@@ -21,9 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,24 +29,8 @@ from typing import Any, Callable, Optional
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
-
-def _import_package() -> Any:
-    """Import the repo as `vllm_omni_launcher` without installing it (the GPU box has no pip)."""
-    try:
-        import vllm_omni_launcher  # noqa: F401
-    except ImportError:
-        shim = Path("/tmp/vllm_omni_launcher_shim")
-        shim.mkdir(exist_ok=True)
-        link = shim / "vllm_omni_launcher"
-        if link.is_symlink() and link.resolve() != REPO:   # left by an earlier device call's copy
-            link.unlink()
-        if not link.is_symlink():
-            link.symlink_to(REPO)
-        sys.path.insert(0, str(shim))
-    import vllm_omni_launcher
-
-    return vllm_omni_launcher
-
+from gpu.common import (PKG, Gpu, gpu_memory_mib, gpu_processes, import_package as _import_package,  # noqa: E402,F401
+                        server_command, server_extra_env)   # the scripts' names for the shared helpers
 
 CONFIGS = [
     # name, model folder, gpus, parallel mode, degree
@@ -60,29 +41,12 @@ CONFIGS = [
 REQUEST = dict(width=64, height=64, num_frames=17, fps=8.0, steps=4, seed=42)
 
 
-def gpu_memory_mib() -> Optional[list[int]]:
-    """Used MiB per GPU from nvidia-smi, or None where there is no GPU."""
-    if not shutil.which("nvidia-smi"):
-        return None
-    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True)
-    return [int(x) for x in out.stdout.split()] if out.returncode == 0 else None
-
-
-def gpu_processes() -> Optional[list[str]]:
-    if not shutil.which("nvidia-smi"):
-        return None
-    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"],
-                         capture_output=True, text=True)
-    return [line for line in out.stdout.splitlines() if line.strip()]
-
-
 def run_config(pkg: Any, name: str, model_dir: Path, gpus: tuple[int, ...], mode: str, degree: int,
                server_cmd: list[str], extra_env: dict[str, str], data_dir: Path) -> dict[str, Any]:
     from vllm_omni_launcher.client.api import VideoClient, VideoRequest
-    from vllm_omni_launcher.server.local_config import LocalConfig
-    from vllm_omni_launcher.server.spec import LaunchSpec, ParallelConfig, RuntimeConfig
-    from vllm_omni_launcher.server.supervisor import Supervisor
+    from vllm_omni_launcher.server.config.local_config import LocalConfig
+    from vllm_omni_launcher.server.launch.spec import LaunchSpec, ParallelConfig, RuntimeConfig
+    from vllm_omni_launcher.server.supervision.supervisor import Supervisor
 
     spec = LaunchSpec(str(model_dir), gpus=gpus, parallel=ParallelConfig(mode, degree),
                       runtime=RuntimeConfig(enforce_eager=True))
@@ -172,12 +136,11 @@ def calibrate(model_dir: Path, server_cmd: list[str], extra_env: dict[str, str],
               only: Optional[set[str]] = None) -> list[dict[str, Any]]:
     """Issue 14's calibration set on one GPU (see the module docstring); one entry per server
     configuration. ``save`` gets the results so far after every job (a killed call keeps them)."""
-    from gpu_comfyui_e2e import Gpu
     from vllm_omni_launcher.client.api import VideoClient, VideoRequest
     from vllm_omni_launcher.planner.memory import RequestShape, plan
-    from vllm_omni_launcher.server.local_config import LocalConfig
-    from vllm_omni_launcher.server.spec import LaunchSpec, MemoryConfig, RuntimeConfig
-    from vllm_omni_launcher.server.supervisor import Supervisor
+    from vllm_omni_launcher.server.config.local_config import LocalConfig
+    from vllm_omni_launcher.server.launch.spec import LaunchSpec, MemoryConfig, RuntimeConfig
+    from vllm_omni_launcher.server.supervision.supervisor import Supervisor
 
     t_begin = time.monotonic()
     gpu = Gpu(True)
@@ -242,23 +205,6 @@ def calibrate(model_dir: Path, server_cmd: list[str], extra_env: dict[str, str],
     return results
 
 
-def server_command(text: Optional[str]) -> list[str]:
-    """The server program: `text` split like a shell would, else vLLM's CLI in this python."""
-    return shlex.split(text) if text else [
-        sys.executable, "-c", "import sys; from vllm.entrypoints.cli.main import main; "
-                              "sys.argv[0] = 'vllm'; sys.exit(main())"]
-
-
-def server_extra_env() -> dict[str, str]:
-    """What the launched server needs from this shell: offline HF, the kit's PYTHONPATH and NCCL switches."""
-    import os
-    env = {"HF_HUB_OFFLINE": "1"}
-    for key in ("PYTHONPATH", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
-        if os.environ.get(key):
-            env[key] = os.environ[key]
-    return env
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", help="folder holding tiny-wan22-ti2v and tiny-wan22-t2v-a14b")
@@ -274,7 +220,7 @@ def main() -> int:
     args = parser.parse_args()
 
     pkg = _import_package()
-    from vllm_omni_launcher.server import versions
+    from vllm_omni_launcher.server.launch import versions
 
     server_cmd, extra_env = server_command(args.server_cmd), server_extra_env()
     found = versions.detect(server_cmd, extra_env=extra_env)

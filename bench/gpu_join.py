@@ -55,13 +55,14 @@ from throughput_bench import Clock, _gpu, gpu_name, parse_shape, run_jobs, say, 
 
 from vllm_omni_launcher.client.api import VideoClient  # noqa: E402
 from vllm_omni_launcher.models import family_for, request_for  # noqa: E402
-from vllm_omni_launcher.server import probe, versions  # noqa: E402
-from vllm_omni_launcher.server.local_config import LocalConfig  # noqa: E402
-from vllm_omni_launcher.server.multi_host import HeadRole, JoinRole, probe_tcp  # noqa: E402
-from vllm_omni_launcher.server.spec import LaunchSpec, RuntimeConfig  # noqa: E402
-from vllm_omni_launcher.server.status import Status  # noqa: E402
-from vllm_omni_launcher.server.supervisor import Supervisor  # noqa: E402
-from vllm_omni_launcher.server.wedge_watch import REACHABLE  # noqa: E402
+from vllm_omni_launcher.server.launch import versions  # noqa: E402
+from vllm_omni_launcher.server.process import probe  # noqa: E402
+from vllm_omni_launcher.server.config.local_config import LocalConfig  # noqa: E402
+from vllm_omni_launcher.server.supervision.multi_host import HeadRole, JoinRole, probe_tcp  # noqa: E402
+from vllm_omni_launcher.server.launch.spec import LaunchSpec, RuntimeConfig  # noqa: E402
+from vllm_omni_launcher.server.supervision.status import Status  # noqa: E402
+from vllm_omni_launcher.server.supervision.supervisor import Supervisor  # noqa: E402
+from vllm_omni_launcher.server.supervision.wedge_watch import REACHABLE  # noqa: E402
 
 OUT = ROOT / "bench" / "results" / "h200-join-vllm-omni-0.26" / "tiny-ti2v.json"
 STOP_RESERVE_S = 40.0          # stopping both runtimes, the process-group check and the report

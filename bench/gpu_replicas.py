@@ -44,7 +44,7 @@ def jobs_per_replica(replica_of: dict[str, Optional[int]]) -> dict[str, int]:
 def log_evidence(log_text: str, limit: int = 12) -> list[str]:
     """The upstream lines that show the replica layout (the device split, each replica initialized)
     and the shim's rewrite, without terminal colours. Needs the package (the bench imported it)."""
-    from vllm_omni_launcher.server.redact import strip_control
+    from vllm_omni_launcher.errors.redact import strip_control
 
     keep = [strip_control(line).strip() for line in log_text.splitlines()
             if DEVICE_SPLIT.search(line) or "[gpu_replicas_shim]" in line or "] initialized" in line]

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_e2e import _import_package, gpu_memory_mib, server_command, server_extra_env  # noqa: E402  (bench/ is not a package)
+from gpu.common import gpu_memory_mib, import_package as _import_package, server_command, server_extra_env  # noqa: E402
 from make_tiny_lora import make_peft_lora  # noqa: E402
 
 MODEL = "tiny-wan22-ti2v"
@@ -48,9 +48,9 @@ def run_check(model_dir: Path, lora_dir: Path, server_cmd: list[str], extra_env:
     """Start one server, run the four jobs, stop it; the report (never raises for a job failure)."""
     from vllm_omni_launcher.client.api import VideoClient
     from vllm_omni_launcher.client.request import RequestLora, VideoRequest
-    from vllm_omni_launcher.server.local_config import LocalConfig
-    from vllm_omni_launcher.server.spec import LaunchSpec, ParallelConfig, RuntimeConfig
-    from vllm_omni_launcher.server.supervisor import Supervisor
+    from vllm_omni_launcher.server.config.local_config import LocalConfig
+    from vllm_omni_launcher.server.launch.spec import LaunchSpec, ParallelConfig, RuntimeConfig
+    from vllm_omni_launcher.server.supervision.supervisor import Supervisor
 
     spec = LaunchSpec(str(model_dir), gpus=(gpu,), parallel=ParallelConfig("none", 1),
                       runtime=RuntimeConfig(enforce_eager=True))
@@ -124,7 +124,7 @@ def main() -> int:
     args = parser.parse_args()
 
     _import_package()
-    from vllm_omni_launcher.server import versions
+    from vllm_omni_launcher.server.launch import versions
 
     model_dir = Path(args.models) / MODEL
     data_dir = Path(args.data_dir)

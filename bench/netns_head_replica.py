@@ -36,11 +36,11 @@ sys.path.insert(0, str(ROOT / "tests" / "contract"))
 import stubserver  # noqa: E402
 from two_boxes import ESTABLISHED, LISTEN, Boxes, tcp_sockets  # noqa: E402
 
-from vllm_omni_launcher.server import probe, process_group  # noqa: E402
-from vllm_omni_launcher.server.local_config import LocalConfig  # noqa: E402
-from vllm_omni_launcher.server.multi_host import HeadRole, JoinRole  # noqa: E402
+from vllm_omni_launcher.server.process import probe, process_group  # noqa: E402
+from vllm_omni_launcher.server.config.local_config import LocalConfig  # noqa: E402
+from vllm_omni_launcher.server.supervision.multi_host import HeadRole, JoinRole  # noqa: E402
 from vllm_omni_launcher.server.registry import Status, Supervisor  # noqa: E402
-from vllm_omni_launcher.server.spec import LaunchSpec  # noqa: E402
+from vllm_omni_launcher.server.launch.spec import LaunchSpec  # noqa: E402
 
 TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
 VLLM_PORT = 29600

@@ -28,9 +28,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "contract"))
-from comfy_standin import ComfyStandIn  # noqa: E402
+from comfy_standin import ComfyStandIn, run_node  # noqa: E402
 
-from vllm_omni_launcher import NODE_CLASS_MAPPINGS  # noqa: E402
 from vllm_omni_launcher.errors import LauncherError  # noqa: E402
 from vllm_omni_launcher.planner.gpus import scan_gpus  # noqa: E402
 from vllm_omni_launcher.planner.launch_plan import GPU_MEMORY_ENV, NO_GPU, ServingChoice  # noqa: E402
@@ -41,10 +40,10 @@ MODEL = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
 def local_server_call() -> float:
     """Seconds from the Local Server node's call to its error."""
     with ComfyStandIn():
-        model = NODE_CLASS_MAPPINGS["VLLMOmniLoadModel"]().load(MODEL)[0]
+        model = run_node("VLLMOmniLoadModel", MODEL)[0]
         start = time.perf_counter()
         try:
-            NODE_CLASS_MAPPINGS["VLLMOmniLocalServer"]().start(model, ServingChoice(), unique_id="bench")
+            run_node("VLLMOmniLocalServer", model, ServingChoice(), unique_id="bench")
         except LauncherError as exc:
             took = time.perf_counter() - start
             if exc.kind != NO_GPU:

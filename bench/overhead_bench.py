@@ -69,6 +69,8 @@ from typing import Any, Callable, Iterator, Optional
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from gpu.common import import_package  # noqa: E402  (the bench's shared helpers)
 STUB_MODEL = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
 DEFAULT_SHAPES = "832x480x49,1280x704x121"
 VLLM_MAIN = ("import sys; from vllm.entrypoints.cli.main import main; "
@@ -78,21 +80,6 @@ PASS_ENV = ("PYTHONPATH", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST"
 
 def say(*parts: Any) -> None:
     print(*parts, file=sys.stderr, flush=True)
-
-
-def import_package() -> None:
-    """Make the repo importable as `vllm_omni_launcher` (a GPU box may not have it installed)."""
-    try:
-        import vllm_omni_launcher  # noqa: F401
-        return
-    except ImportError:
-        pass
-    shim = Path(tempfile.gettempdir()) / "vllm_omni_launcher_bench_shim"
-    shim.mkdir(exist_ok=True)
-    link = shim / "vllm_omni_launcher"
-    if not link.exists():
-        link.symlink_to(ROOT)
-    sys.path.insert(0, str(shim))
 
 
 def parse_shapes(text: str) -> list[tuple[int, int, int]]:
@@ -120,9 +107,9 @@ class Target:
 
 
 def supervised(model: str, server_cmd: list[str], extra_env: dict[str, str], gpus: tuple[int, ...]) -> Target:
-    from vllm_omni_launcher.server.local_config import LocalConfig
-    from vllm_omni_launcher.server.spec import LaunchSpec, RuntimeConfig
-    from vllm_omni_launcher.server.supervisor import Supervisor
+    from vllm_omni_launcher.server.config.local_config import LocalConfig
+    from vllm_omni_launcher.server.launch.spec import LaunchSpec, RuntimeConfig
+    from vllm_omni_launcher.server.supervision.supervisor import Supervisor
 
     spec = LaunchSpec(model, gpus=gpus, runtime=RuntimeConfig(enforce_eager=True))
     spec.validate()
@@ -153,7 +140,6 @@ def run_job(target: Target, shape: tuple[int, int, int], steps: int, fps: float,
             estimates: dict[tuple[int, int, int], float], keep_job: bool = False) -> tuple[dict[str, Any], bytes, Any]:
     from vllm_omni_launcher.client import poll_window as client_api     # the fast-poll window's module
     from vllm_omni_launcher.client.api import VideoClient, VideoRequest
-    from vllm_omni_launcher.nodes import progress as node_progress
 
     width, height, frames = shape
     req = VideoRequest("a red fox running through snow", width=width, height=height, num_frames=frames,
@@ -166,7 +152,7 @@ def run_job(target: Target, shape: tuple[int, int, int], steps: int, fps: float,
         floor = last.run_id if last is not None else -1
         due = lambda: (lambda p: p is not None and p.denoised_after(floor))(target.progress())  # noqa: E731
     elif rule == "due" and shape in estimates:
-        due = lambda: node_progress.remote_due(running["s"], estimates[shape])  # noqa: E731
+        due = lambda: running["s"] >= 0.9 * estimates[shape]  # noqa: E731  (90 % of an earlier job's time)
 
     def on_update(update: Any) -> None:
         running["s"] = update.running_s

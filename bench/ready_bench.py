@@ -31,10 +31,10 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "out"
 STUB = ROOT / "tests" / "contract" / "stub_vllm_serve.py"
 
-from vllm_omni_launcher.server import probe  # noqa: E402
-from vllm_omni_launcher.server.local_config import LocalConfig  # noqa: E402
-from vllm_omni_launcher.server.spec import LaunchSpec  # noqa: E402
-from vllm_omni_launcher.server.supervisor import Status, Supervisor  # noqa: E402
+from vllm_omni_launcher.server.process import probe  # noqa: E402
+from vllm_omni_launcher.server.config.local_config import LocalConfig  # noqa: E402
+from vllm_omni_launcher.server.launch.spec import LaunchSpec  # noqa: E402
+from vllm_omni_launcher.server.supervision.supervisor import Status, Supervisor  # noqa: E402
 
 
 def server_python() -> str:

@@ -53,16 +53,16 @@ PROMPT = "a red fox in snow"
 STOP_RESERVE_S = 30.0          # stopping a server and writing the report
 SERVER_LOG_LINES = 4000
 
-from gpu_e2e import _import_package, server_command, server_extra_env  # noqa: E402
+from gpu.common import import_package as _import_package, server_command, server_extra_env  # noqa: E402
 import gpu_replicas  # noqa: E402
 
 _import_package()
 from vllm_omni_launcher.client.api import VideoClient  # noqa: E402
 from vllm_omni_launcher.models import family_for, request_for  # noqa: E402
-from vllm_omni_launcher.server import versions  # noqa: E402
-from vllm_omni_launcher.server.local_config import LocalConfig  # noqa: E402
-from vllm_omni_launcher.server.spec import LaunchSpec, RuntimeConfig  # noqa: E402
-from vllm_omni_launcher.server.supervisor import Supervisor  # noqa: E402
+from vllm_omni_launcher.server.launch import versions  # noqa: E402
+from vllm_omni_launcher.server.config.local_config import LocalConfig  # noqa: E402
+from vllm_omni_launcher.server.launch.spec import LaunchSpec, RuntimeConfig  # noqa: E402
+from vllm_omni_launcher.server.supervision.supervisor import Supervisor  # noqa: E402
 
 
 def server_python() -> str:
@@ -118,7 +118,7 @@ def run_jobs(client: VideoClient, args: argparse.Namespace, jobs: int, seed0: in
 
 def _gpu() -> Any:
     """The NVML sampler of the ComfyUI GPU driver (disabled where nvidia-smi is missing)."""
-    from gpu_comfyui_e2e import Gpu
+    from gpu.common import Gpu
 
     return Gpu(True)
 

@@ -29,8 +29,8 @@ def main() -> int:
     from stubserver import STUB_SCRIPT, server_python
     from vllm_omni_launcher.client.api import VideoClient, VideoRequest
     from vllm_omni_launcher.server import registry
-    from vllm_omni_launcher.server.local_config import load_local_config
-    from vllm_omni_launcher.server.spec import LaunchSpec
+    from vllm_omni_launcher.server.config.local_config import load_local_config
+    from vllm_omni_launcher.server.launch.spec import LaunchSpec
 
     os.environ["VLLM_OMNI_LAUNCHER_SERVER_CMD"] = f"{server_python()} {STUB_SCRIPT}"
     os.environ.setdefault("VLLM_OMNI_LAUNCHER_DATA_DIR", tempfile.mkdtemp(prefix="warm-bench-"))

@@ -12,8 +12,8 @@ import json
 import shlex
 import sys
 
-from ..server.local_config import load_local_config
-from ..server.versions import DEFAULT_VERSION
+from ..server.config.local_config import load_local_config
+from ..server.launch.versions import DEFAULT_VERSION
 from .launch_options import PORT_PLACEHOLDER, add_launch_options, launch_from_args
 
 

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from ..planner.doctor import run_doctor
-from ..server.local_config import load_local_config
+from ..server.config.local_config import load_local_config
 from .exit_codes import ExitCode
 
 

@@ -28,11 +28,11 @@ from ..client.images import image_to_png
 from ..client.request import DEFAULT_SAMPLER, SAMPLERS
 from ..client.transport import Deadlines
 from ..errors import LauncherError
-from ..models import FAMILIES, family_for, request_for
+from ..models import ALL_FAMILIES, family_for, guidance_as_sent, request_for
 from ..planner.launch_plan import NO_GPU, RequestLimit
 from ..planner.speed_costs import cfg_runs
-from ..server.local_config import load_local_config
-from ..server.loras import request_lora_from_cli
+from ..server.config.local_config import load_local_config
+from ..server.launch.loras import request_lora_from_cli
 from .launch_options import add_launch_options, launch_from_args
 from .request_options import check_request_options
 
@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--url", default=None, metavar="URL|NAME",
                    help="use this running server (e.g. http://127.0.0.1:8091, or the name of one in the local "
                         "config's remote_servers) instead of starting one; its key comes from the local config")
-    g.add_argument("--family", default=None, choices=sorted(FAMILIES),
+    g.add_argument("--family", default=None, choices=sorted(ALL_FAMILIES),
                    help="with --url: which Wan2.2 model the server runs (default: from its model name)")
     add_launch_options(parser, model_required=False, parallel_default="auto", launching=True)
     r = parser.add_argument_group("video")
@@ -61,6 +61,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             ("guidance-2", float, "A14B: guidance scale of the low-noise expert")):
         r.add_argument(f"--{name}", type=typ, default=None, metavar="N" if typ is int else "X",
                        help=f"{what} (default: the model's recommended value)")
+    r.add_argument("--control-video", default=None, metavar="MP4",
+                   help="VACE: an H.264 MP4 the video follows (depth, pose, edges or a source clip), exactly "
+                        "--width x --height and --frames frames")
+    r.add_argument("--reference-image", action="append", default=None, metavar="PATH",
+                   help="VACE: an image whose subject or style the video shows (repeat for up to 4; "
+                        "more than one needs vLLM-Omni 0.30); not with --control-video")
+    r.add_argument("--audio", default=None, metavar="WAV",
+                   help="S2V-14B: the speech or song to animate --image with (PCM WAV, at most 20 s; the "
+                        "clip is as long as the audio, --frames is the length of each part)")
     r.add_argument("--seed", type=int, default=None, metavar="N",
                    help="random seed (default: a random one, printed and put in the default file name)")
     r.add_argument("--sampler", default=DEFAULT_SAMPLER, choices=SAMPLERS,
@@ -108,6 +117,17 @@ def _load_image(path: Optional[str]) -> Optional[bytes]:
 def _check_image_option(args: argparse.Namespace, family: Any) -> None:
     """The model's need for a start image, in the command line's words (models.check_request speaks of
     the node's IMAGE input)."""
+    if family.pipeline in ("vace", "s2v"):
+        _check_media_options(args, family)
+        return
+    for flag, given in (("--control-video", args.control_video), ("--reference-image", args.reference_image),
+                        ("--audio", args.audio)):
+        if given:
+            raise LauncherError(f"{family.label} does not take {flag}",
+                                "only the VACE models take a control video or reference images, and only S2V-14B "
+                                "takes audio (docs/wan-pipelines.md)",
+                                f"leave {flag} out, or use --model Wan-AI/Wan2.1-VACE-14B-diffusers / "
+                                "Wan-AI/Wan2.2-S2V-14B", setting=flag)
     if family.image_input == "required" and not args.image:
         raise LauncherError(f"{family.label} needs a start image", "it is an image-to-video model",
                             "pass --image PATH (a PNG or JPEG), or use --model Wan-AI/Wan2.2-T2V-A14B-Diffusers or "
@@ -116,6 +136,67 @@ def _check_image_option(args: argparse.Namespace, family: Any) -> None:
         raise LauncherError(f"{family.label} ignores images", "it runs text-to-video only: the image would be "
                             "dropped", "leave --image out, or use --model Wan-AI/Wan2.2-I2V-A14B-Diffusers or "
                             "Wan-AI/Wan2.2-TI2V-5B-Diffusers for image-to-video", setting="--image")
+
+
+def _check_media_options(args: argparse.Namespace, family: Any) -> None:
+    """VACE and S2V inputs in the command line's words (models.check_media then checks their shapes)."""
+    if family.pipeline == "s2v":
+        if not args.image or not args.audio:
+            raise LauncherError(f"{family.label} needs --image and --audio",
+                                "speech-to-video animates the person in one image to the audio",
+                                "pass --image PORTRAIT.png --audio SPEECH.wav", setting="--image" if not args.image
+                                else "--audio")
+        if args.control_video or args.reference_image:
+            raise LauncherError(f"{family.label} takes no control video or reference image",
+                                "those are VACE inputs", "leave them out", setting="--control-video")
+        return
+    if args.image or args.audio:
+        flag = "--image" if args.image else "--audio"
+        raise LauncherError(f"{family.label} does not take {flag}",
+                            "VACE takes a control video (--control-video) or reference images (--reference-image)",
+                            f"leave {flag} out" + (" or pass the image as --reference-image" if args.image else ""),
+                            setting=flag)
+
+
+def _media(args: argparse.Namespace, family: Any, shape: dict[str, Any]) -> dict[str, Any]:
+    """The VACE / S2V media of the command line, bounded (client/media.py) and at the request's size."""
+    from ..client.media import audio_clip_from_wav, control_video_from_mp4, reference_image
+
+    width, height = shape.get("width") or family.width, shape.get("height") or family.height
+    cached = getattr(args, "_media", None)
+    if cached is not None and cached[0] == (width, height):
+        return cached[1]                       # read once: checked before the launch, sent after it
+    media: dict[str, Any] = {}
+    if args.control_video:
+        media["control_video"] = control_video_from_mp4(args.control_video)
+    if args.reference_image:
+        from ..client.media import MAX_REFERENCE_IMAGES
+
+        if len(args.reference_image) > MAX_REFERENCE_IMAGES:
+            raise LauncherError(f"{len(args.reference_image)} --reference-image were given",
+                                f"VACE takes at most {MAX_REFERENCE_IMAGES} here (one form field of at most 1 MiB)",
+                                f"pass at most {MAX_REFERENCE_IMAGES}", setting="--reference-image")
+        media["reference_images"] = tuple(reference_image(_read_rgb(path, "--reference-image"), width, height)
+                                          for path in args.reference_image)
+    if args.audio:
+        media["audio"] = audio_clip_from_wav(args.audio)
+    args._media = ((width, height), media)
+    return media
+
+
+def _read_rgb(path: str, flag: str) -> Any:
+    import numpy as np
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as img:
+            return np.asarray(img.convert("RGB"))
+    except FileNotFoundError as exc:
+        raise LauncherError(f"{flag} {path}: no such file", "it must be a PNG or JPEG file",
+                            f"check the path given to {flag}", setting=flag) from exc
+    except (UnidentifiedImageError, OSError) as exc:
+        raise LauncherError(f"{flag} {path} cannot be read as an image", str(exc),
+                            f"give {flag} a PNG or JPEG file", setting=flag) from exc
 
 
 def run(args: argparse.Namespace) -> int:
@@ -138,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
         named = config.remote_server(args.url)
         url = (named.url if named else args.url).rstrip("/").removesuffix("/v1")
         if args.family:
-            request = _request(args, FAMILIES[args.family], image)
+            request = _request(args, ALL_FAMILIES[args.family], image)
         client = VideoClient(url, api_key=config.api_key_for(url), deadlines=deadlines,
                              clip_memory_gib=config.max_clip_memory_gib, proxy=config.remote_proxy)
     else:
@@ -146,10 +227,12 @@ def run(args: argparse.Namespace) -> int:
 
         picked = "" if args.model else _pick_model(args, config)
         _check_image_option(args, family_for(args.model))
+        if family_for(args.model).pipeline in ("vace", "s2v"):   # their media, checked before anything starts
+            _request(args, family_for(args.model), image)
         # Refuses at once a machine without GPUs (before the model line, which would only say that
         # nothing could be planned), and checks the server environment's pair too.
         try:
-            plan = launch_from_args(args, config, cfg=_runs_cfg(args, image))
+            plan = launch_from_args(args, config, cfg=_runs_cfg(args))
         except LauncherError as exc:
             if picked and exc.kind != NO_GPU:
                 _say(picked)
@@ -198,12 +281,10 @@ def _pick_model(args: argparse.Namespace, config: Any) -> str:
     return f"model: {pick.model} (auto: {pick.why}; --model picks another)"
 
 
-def _runs_cfg(args: argparse.Namespace, image: Optional[bytes] = None) -> bool:
+def _runs_cfg(args: argparse.Namespace) -> bool:
     """Whether the job runs CFG, from its guidance as the request will carry it (the launch is
     planned for it before the request itself can be built with the plan's size)."""
-    guided = request_for(family_for(args.model), prompt=args.prompt, guidance=args.guidance,
-                         guidance_2=args.guidance_2, image_png=image)
-    return cfg_runs(guided.guidance, guided.guidance_2)
+    return cfg_runs(*guidance_as_sent(family_for(args.model), args.guidance, args.guidance_2))
 
 
 def _request(args: argparse.Namespace, family: Any, image: Optional[bytes],
@@ -221,7 +302,7 @@ def _request(args: argparse.Namespace, family: Any, image: Optional[bytes],
     request = request_for(
         family, prompt=args.prompt, negative_prompt=args.negative_prompt, fps=args.fps, steps=args.steps,
         guidance=args.guidance, guidance_2=args.guidance_2, boundary_ratio=args.boundary_ratio,
-        flow_shift=args.flow_shift, seed=args.seed, image_png=image, **shape)
+        flow_shift=args.flow_shift, seed=args.seed, image_png=image, **shape, **_media(args, family, shape))
     lora = request_lora_from_cli(args.lora_request, family) if args.lora_request else None
     return replace(request, sampler=args.sampler, lora=lora)
 

@@ -1,6 +1,6 @@
 """The launch options shared by argv, serve, generate and plan, generated from the settings' declarations.
 
-Each option's type, choices, default and help come from `server/spec.py` (through
+Each option's type, choices, default and help come from `server/launch/spec.py` (through
 `settings_of(LaunchSpec)`) and, for the serving choices the spec does not have (the OOM
 fallback, keep-alive), from `ServingChoice` (planner/launch_plan.py), the declaration the
 Serving Config node's widgets come from. This module adds only what is the command line's
@@ -16,11 +16,11 @@ from dataclasses import replace
 from typing import Any, Optional
 
 from ..planner.launch_plan import LaunchPlan, ServingChoice, resolve_launch
-from ..server.flags import Version
-from ..server.local_config import LocalConfig
-from ..server.loras import EXPERTS, startup_from_cli
-from ..server.settings import Setting, settings_of
-from ..server.spec import LaunchSpec, parse_gpus, parse_parallel
+from ..server.config.local_config import LocalConfig
+from ..server.config.settings import Setting, settings_of
+from ..server.launch.flags import Version
+from ..server.launch.loras import EXPERTS, startup_from_cli
+from ..server.launch.spec import LaunchSpec, parse_gpus, parse_parallel
 
 SETTINGS: tuple[Setting, ...] = settings_of(LaunchSpec)
 _BY_NAME = {s.name: s for s in SETTINGS}
@@ -72,12 +72,13 @@ def add_launch_options(parser: argparse.ArgumentParser, *, model_required: bool 
             if s.name == "mode":
                 kwargs = {**kwargs, "default": parallel_default}
                 note += f" (default: {parallel_default})"
-            g.add_argument(flag, help=f"{text}; {note}", **kwargs)
+            g.add_argument(flag, help=_literal(f"{text}; {note}"), **kwargs)
             if s.name == "lora_paths":
                 g.add_argument("--lora-expert", action="append", default=[], choices=EXPERTS,
                                help="the A14B expert of the --lora at the same position (repeatable)")
         elif s.name not in _COMPOSITE_FIELDS:
             _add_setting(g, s, required=model_required if s.name == "model" else s.required)
+    add_serving_option(g, "speed", note="only with --parallel auto")
     if launching:
         add_serving_option(g, "auto_fallback", note="default: on; needs the GPU sizes (NVML, or "
                            "VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB)")
@@ -105,11 +106,17 @@ def _add_setting(group: argparse._ArgumentGroup, s: Setting, *, required: bool, 
     if s.type is bool:
         group.add_argument(flag, dest=s.name, default=default,
                            action="store_true" if default is False else argparse.BooleanOptionalAction,
-                           help=text)
+                           help=_literal(text))
         return
     metavar = None if s.choices else metavar or _METAVARS.get(s.type, s.name.rsplit("_", 1)[-1].upper())
     group.add_argument(flag, dest=s.name, type=s.type, choices=s.choices or None, default=default,
-                       required=required, metavar=metavar, help=text)
+                       required=required, metavar=metavar, help=_literal(text))
+
+
+def _literal(text: str) -> str:
+    """A setting's help as argparse prints it: argparse %-formats help, and help texts quote
+    measured figures ("+14%")."""
+    return text.replace("%", "%%")
 
 
 def is_auto(args: argparse.Namespace) -> bool:
@@ -146,4 +153,4 @@ def launch_from_args(args: argparse.Namespace, config: LocalConfig, *,
     return resolve_launch(spec_from_args(args, default_host=config.host), config, gpus=args.gpus, auto=auto,
                           allow_fp8=auto and args.quantization == "fp8",
                           auto_fallback=bool(getattr(args, "auto_fallback", False)), server_version=server_version,
-                          cfg=cfg, starts=starts)
+                          cfg=cfg, starts=starts, speed=args.speed)

@@ -21,10 +21,10 @@ from ..errors import LauncherError
 from ..models import check_request
 from ..planner.gpus import parse_gpu_memory
 from ..planner.launch_plan import planning_version
-from ..planner.replica_plan import recommend_for
 from ..planner.memory import RequestShape, plan
-from ..server.local_config import load_local_config
-from ..server.versions import DEFAULT_VERSION
+from ..planner.replica_plan import recommend_for
+from ..server.config.local_config import load_local_config
+from ..server.launch.versions import DEFAULT_VERSION
 from .exit_codes import ExitCode
 from .launch_options import add_launch_options, spec_from_args
 from .report import error_json
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         p2p = {"yes": True, "no": False, "unknown": None}[args.p2p]
         try:
             rec = recommend_for(spec, req, gpus, p2p=p2p, allow_fp8=args.allow_fp8, host_available_gib=host,
-                                server_version=version)
+                                server_version=version, speed=args.speed)
         except LauncherError as exc:
             rec_error = exc
     if args.json:

@@ -10,7 +10,7 @@ import json
 import sys
 
 from ..errors import LauncherError
-from ..server.redact import strip_control
+from ..errors.redact import strip_control
 
 ERROR_FIELDS = ("what", "why", "fix", "setting", "kind", "raw")
 

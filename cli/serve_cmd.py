@@ -12,7 +12,7 @@ As a service (cli/systemd_service.py, docs/deploy/): under systemd it tells the 
 when the server is ready (`READY=1` on `$NOTIFY_SOCKET`), each phase, and that it stops;
 `--print-systemd-unit` prints the unit for these options on this machine and starts nothing.
 
-Several machines (server/multi_host.py, docs/replicas.md section 7): `--accept-replicas PORT` makes
+Several machines (server/supervision/multi_host.py, docs/replicas.md section 7): `--accept-replicas PORT` makes
 this server vLLM-Omni's head, accepting replicas on PORT at the local config's
 replica_registration_host; `--join ADDR:PORT` runs, on a GPU box, a supervised headless replica that
 registers with that head (no HTTP port, no key; clients use the head's endpoint).
@@ -36,11 +36,10 @@ from pathlib import Path
 from typing import Callable, Optional, Union
 
 from ..errors import LauncherError
-from ..server import private_files
-from ..server.local_config import LocalConfig, load_local_config
-from ..server.multi_host import HeadRole, JoinRole, ServerRole
-from ..server.redact import strip_control
-from ..server.registry import Status, Supervisor
+from ..server.config.local_config import LocalConfig, load_local_config
+from ..server.registry import HeadRole, JoinRole, ServerRole, Status, Supervisor, group_members
+from ..server.storage import private_files
+from ..errors.redact import strip_control
 from . import systemd_service
 from .exit_codes import ExitCode
 from .launch_options import add_launch_options, add_serving_option, launch_from_args
@@ -79,12 +78,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _write_key(path: Path, key: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(key + "\n")
-    os.replace(tmp, path)
+    """Hand the server's key to clients: `path` replaced by a new 0600 file of ours. The key goes
+    into a fresh temporary file beside it, opened O_CREAT|O_EXCL|O_NOFOLLOW, then renamed over
+    `path` (private_files.replacing), so nothing planted there, a link or a file, is written
+    through or over: the folder may be shared (/tmp) and the key must not land in a file of theirs."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with private_files.replacing(path, setting="api_key_file") as out:
+            out.write(f"{key}\n".encode())
+    except FileExistsError as exc:
+        raise LauncherError(
+            f"The API key was not written to {path}",
+            f"{exc.filename} is already there (a link or a file someone else put there), and the key is only "
+            "ever written into a new file of the launcher's own, never through a link",
+            f"remove {exc.filename}, or give --api-key-file a path in a folder that only you can write",
+            setting="--api-key-file", raw=str(exc)) from None
+    except OSError as exc:      # private_files' DataDirError (a full disk, a link...) or the folder's mkdir
+        ours = isinstance(exc, LauncherError)
+        raise LauncherError(f"The API key was not written to {path}",
+                            exc.why if isinstance(exc, LauncherError) else str(exc.strerror or exc),
+                            "give --api-key-file a path in a writable folder that only you can write",
+                            setting="--api-key-file", raw="" if ours else str(exc)) from None
 
 
 def _say(text: str) -> None:
@@ -158,8 +172,8 @@ def _unit_inputs(args: argparse.Namespace, config: LocalConfig) -> systemd_servi
     import grp
     import pwd
 
-    from ..server.local_config import config_file_path
-    from ..server.server_env import default_server_env
+    from ..errors.config_names import config_file_path
+    from ..server.config.server_env import default_server_env
 
     user = pwd.getpwuid(os.getuid())
     env = {"PYTHONUNBUFFERED": "1"}
@@ -306,6 +320,4 @@ def _announce(sup: Supervisor, name: str, no_api_key: bool, key_path: Optional[P
 def _leftovers(pgid: Optional[int]) -> list[int]:
     if pgid is None:
         return []
-    from ..server.process_group import group_members
-
     return [p.pid for p in group_members(pgid)]

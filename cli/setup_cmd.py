@@ -3,10 +3,10 @@
 Installing is always this explicit command, run by the user in a terminal on the GPU machine
 (inside WSL2 on Windows): never from a node, never when ComfyUI starts. Where: `--path`, else
 the configured `server_env`, else the default location the launcher finds by itself
-(server/server_env.py). The work is server/create_server_env.sh (uv when present, whose own
+(server/config/server_env.py). The work is server/create_server_env.sh (uv when present, whose own
 progress shows on stderr); this command decides whether it is needed (an environment that
 already has the wanted pair and an importing torch is left alone), runs it, then checks the
-result as the doctor does: the pair (server/versions.py), torch, and the GPUs torch sees. No
+result as the doctor does: the pair (server/launch/versions.py), torch, and the GPUs torch sees. No
 GPU is a warning, not a failure: a CPU box can build the environment for a GPU box.
 
 Results (what it did, where, the versions, the GPUs, what to run next) go to stdout; phases
@@ -26,10 +26,11 @@ from ..errors import LauncherError
 from ..planner.doctor_env import check_server_env
 from ..planner.doctor_report import OK
 from ..planner.gpus import query_gpus
-from ..server.local_config import ENV_PREFIX, LocalConfig, load_local_config
-from ..server.platform_check import require_local_server_platform
-from ..server.server_env import SETUP_COMMAND, default_server_env
-from ..server.versions import DEFAULT_VERSION, ServerVersions
+from ..server.config.local_config import LocalConfig, load_local_config
+from ..server.config.platform_check import require_local_server_platform
+from ..server.config.server_env import SETUP_COMMAND, default_server_env
+from ..server.launch.versions import DEFAULT_VERSION, ServerVersions
+from ..errors.config_names import ENV_PREFIX
 from .exit_codes import ExitCode
 
 PINNED_RELEASE = "%d.%d.0" % DEFAULT_VERSION     # the pair the launcher pins (create_server_env.sh's default)

@@ -2,12 +2,14 @@
 
 Plain Python (requests, numpy, PyAV, Pillow); no ComfyUI, no torch.
 
-* `api`         VideoClient (health, models, submit, status, download, delete, generate).
+* `api`         VideoClient (health, models, submit, status, download, delete, generate): a cancel
+                as GenerationCancelled, and one job's loop from submit to result.
+* `video_jobs`  the /v1/videos endpoints, one HTTP exchange each; job ids quoted and shown safely.
 * `job_results` what it hands back: JobState, JobUpdate, GenerationResult, GenerationCancelled.
 * `request`     VideoRequest: the multipart form of one Wan2.2 job.
 * `bounds`      ClipBounds: the size, frames and bytes a server's clip may have for a request.
 * `transport`   the one HTTP layer: session, RetryPolicy, Deadlines, cancel-aware waits, one
-                request function (also used by server/probe.py).
+                request function (also used by server/process/probe.py).
 * `abortable`   worker-thread tries whose blocked reads a cancel or deadline stops at once.
 * `http_errors` failures (connection, deadline, size, HTTP error bodies) as LauncherError text
                 naming the setting to change.

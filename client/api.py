@@ -1,20 +1,9 @@
-"""The vLLM-Omni /v1/videos client: submit a Wan2.2 job, poll it, download and decode the MP4.
+"""VideoClient: what a caller of one vLLM-Omni server asks for, and one job from submit to result.
 
-Upstream facts this follows (checked against the 0.30 wheel's HTTP layer):
-
-* `POST /v1/videos` (multipart, see request.py) returns a queued job; the job runs
-  asynchronously.
-* `GET /v1/videos/{id}` has no progress (0 -> 100 at the end); a failed job answers with
-  its body and a non-2xx status (usually 500).
-* `GET /v1/videos/{id}/content` is the H.264 MP4. `DELETE /v1/videos/{id}` removes a job;
-  on a queued or running job it may answer 409 "Cancellation in progress" for a while.
-  DELETE cannot stop a Wan denoise that already started: the GPU stays busy until it ends.
-
-Every call goes through transport.Transport (retries, deadlines, cancel). The server is
-untrusted: job ids are URL-quoted into one path segment, the download is capped and the MP4
-checked against the request before decoding (bounds.py), and server text is shown without
-control or invisible characters and capped (redact.untrusted_text). `generate` decodes the MP4
-while it downloads (streamed_download.py).
+The endpoints themselves (paths, job ids, which answers are a result) are video_jobs.py; this
+module owns what a caller sees: a cancel as GenerationCancelled (deleted or not), the clip's
+memory checked before the job is sent (clip_memory.py), and `generate`'s loop: submit, poll,
+download while decoding (streamed_download.py), delete the job on every way out, with timings.
 
 `VideoClient.generate` polls every poll_interval (default 0.25 s), and fast only in a short
 window around the job's expected end (poll_window.py: opened by the caller's `due()` hint, e.g.
@@ -24,36 +13,23 @@ milliseconds without polling fast for long; cancellation is checked at least eve
 """
 from __future__ import annotations
 
-import dataclasses
-import json
-import logging
 import time
 from typing import Any, Callable, Optional
-from urllib.parse import quote
 
 import numpy as np
 
 from ..errors import LauncherError
-from ..server.redact import untrusted_text
 from .bounds import ClipBounds, expected_shape
 from .clip_memory import check_clip_memory
 from .frames import DecodedVideo, PreparedOutput, VideoInfo, probe_mp4
-from .request import VideoRequest
-from .streamed_download import StreamedVideo, download_decoding
-from .transport import ONE_TRY, Cancelled, Deadlines, RetryPolicy, Transport
-from .http_errors import (ID_LIMIT, RETRY_STATUSES, error_message, http_error, job_failed_error, model_ids,
-                          parse_body)
-from .poll_window import LEARNED, PollCadence, job_kind
+from .http_errors import job_failed_error
 from .job_results import GenerationCancelled, GenerationResult, JobState, JobUpdate
+from .poll_window import LEARNED, PollCadence, job_kind
+from .request import VideoRequest
+from .streamed_download import StreamedVideo
+from .transport import Cancelled, Deadlines, RetryPolicy, Transport
+from .video_jobs import VideoJobs, job_text, shown
 
-log = logging.getLogger(__name__)
-
-STATUSES = ("queued", "in_progress", "completed", "failed")
-# DELETE repeats 409 "Cancellation in progress" too; short waits, and a short first-byte
-# deadline: it runs on the cancel path, where the user is waiting.
-DELETE_RETRY = RetryPolicy(tries=5, base_s=0.25, max_s=1.0)
-DELETE_FIRST_BYTE_S = 5.0
-HEALTH_DEADLINES = Deadlines(connect_s=2.0, first_byte_s=5.0, body_s=5.0)
 # download() without a request to size it: 1280x720 x 121 frames at 16 bits per pixel, about 223 MB.
 UNSIZED_DOWNLOAD_CAP = 256 << 20
 
@@ -92,6 +68,7 @@ class VideoClient:
         self.log_hint = log_hint
         self.clip_memory_gib = clip_memory_gib
         self._http = Transport(self.base_url, api_key, deadlines=deadlines, retry=retry, proxy=proxy, sleep=sleep)
+        self._jobs = VideoJobs(self._http, self.base_url)
         self._clock = clock
         self._round_cadence: Optional[PollCadence] = None    # wait_for_next_poll's (a batch's poll rounds)
 
@@ -108,20 +85,15 @@ class VideoClient:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    # -- simple calls ---------------------------------------------------------------------------
+    # -- one call each (video_jobs.py); a cancel is a GenerationCancelled ------------------------
 
     def health(self) -> bool:
         """True when GET /health answers 200 (no key needed). One short try, never raises."""
-        try:
-            return self._http.request("GET", "/health", what="Checking the server's health", ok=lambda s: True,
-                                      retry=ONE_TRY, deadlines=HEALTH_DEADLINES).status == 200
-        except LauncherError:
-            return False
+        return self._jobs.health()
 
     def models(self) -> list[str]:
         """Served model names from GET /v1/models."""
-        reply = self._http.request("GET", "/v1/models", what="Listing the served models")
-        return model_ids(parse_body(reply.text)) or []
+        return self._jobs.models()
 
     def clip_bounds(self, req: VideoRequest, frame_multiplier: int = 1) -> ClipBounds:
         """req.bounds(), refused when its decoded frames could pass the per-clip memory cap
@@ -130,51 +102,18 @@ class VideoClient:
 
     def submit(self, req: VideoRequest, *, should_cancel: Optional[Callable[[], bool]] = None) -> str:
         """POST /v1/videos; returns the job id. Retried only when the connection failed before sending."""
-        form = req.form_fields(self.server_version)
-        files = {k: (v if isinstance(v, tuple) else (None, v)) for k, v in form.items()}
         try:
-            reply = self._http.request("POST", "/v1/videos", what="Submitting the video job", idempotent=False,
-                                       files=files, should_cancel=should_cancel)
+            return self._jobs.submit(req, self.server_version, should_cancel)
         except Cancelled:
             raise GenerationCancelled("", "queued", deleted=True) from None
-        body = parse_body(reply.text)
-        job_id = body.get("id") if isinstance(body, dict) else None
-        if not job_id or not isinstance(job_id, (str, int)):
-            raise LauncherError(
-                "The server accepted the job but returned no job id",
-                "the answer to POST /v1/videos was not a vLLM-Omni video job",
-                "check that the URL points at vLLM-Omni (vllm serve ... --omni)", setting="server",
-                raw=untrusted_text(self._http.redact(reply.text)))
-        return str(job_id)
 
     def status(self, job_id: str, *, should_cancel: Optional[Callable[[], bool]] = None) -> JobState:
         """GET /v1/videos/{id}. A failed job (HTTP 500 + job body) is a JobState, not an error.
         Retries gateway errors; a cancel during a read or those waits raises GenerationCancelled."""
         try:
-            return self._status(job_id, should_cancel)
+            return self._jobs.status(job_id, should_cancel)
         except Cancelled:
             raise GenerationCancelled(job_id, deleted=False) from None
-
-    def _status(self, job_id: str, should_cancel: Optional[Callable[[], bool]]) -> JobState:
-        what = f"Checking job {_shown(job_id)}"
-        reply = self._http.request(
-            "GET", _job_path(job_id), what=what, job_id=job_id,
-            ok=lambda s: s < 300 or (s >= 400 and s not in RETRY_STATUSES), should_cancel=should_cancel)
-        text = self._http.redact(reply.text)
-        body = parse_body(text)
-        if isinstance(body, dict) and body.get("status") in STATUSES and (200 <= reply.status < 300
-                                                                          or body.get("status") == "failed"):
-            err = body.get("error")
-            message = error_message({"error": err}, "") if err else None
-            return JobState(str(body.get("id") or job_id), str(body["status"]), message or None,
-                            err.get("code") if isinstance(err, dict) else None, reply.status, body)
-        if 200 <= reply.status < 300:
-            raise LauncherError(
-                f"The server's answer about job {_shown(job_id)} is not a video job",
-                "GET /v1/videos/{id} returned an unexpected body", "check the server version",
-                setting="server", raw=untrusted_text(text))
-        raise http_error(reply.status, text, what=what, base_url=self.base_url, sent_key=self._http.has_key,
-                         job_id=job_id)
 
     def download(self, job_id: str, *, max_bytes: int = UNSIZED_DOWNLOAD_CAP, cap_reason: str = "",
                  should_cancel: Optional[Callable[[], bool]] = None) -> bytes:
@@ -182,15 +121,9 @@ class VideoClient:
         says why it cannot be real), within the body deadline. A cancel raises
         GenerationCancelled without deleting the job."""
         try:
-            return self._download(job_id, max_bytes, cap_reason, should_cancel)
+            return self._jobs.download(job_id, max_bytes, cap_reason, should_cancel)
         except Cancelled:
             raise GenerationCancelled(job_id, "completed", deleted=False) from None
-
-    def _download(self, job_id: str, max_bytes: int, cap_reason: str,
-                  should_cancel: Optional[Callable[[], bool]]) -> bytes:
-        return self._http.request(
-            "GET", _job_path(job_id, "/content"), what=_download_what(job_id), job_id=job_id,
-            large_body=True, max_body=max_bytes, cap_reason=cap_reason, should_cancel=should_cancel).body
 
     def download_decoded(self, job_id: str, bounds: ClipBounds, *, into: Optional[np.ndarray] = None,
                          should_cancel: Optional[Callable[[], bool]] = None) -> StreamedVideo:
@@ -201,29 +134,14 @@ class VideoClient:
         `generate` and batches (batch.py) both use it. A cancel raises GenerationCancelled
         without deleting the job."""
         try:
-            return self._download_decoded(job_id, bounds, into, should_cancel)
+            return self._jobs.download_decoded(job_id, bounds, into, should_cancel)
         except Cancelled:
             raise GenerationCancelled(job_id, "completed", deleted=False) from None
-
-    def _download_decoded(self, job_id: str, bounds: ClipBounds, into: Optional[np.ndarray],
-                          should_cancel: Optional[Callable[[], bool]]) -> StreamedVideo:
-        return download_decoding(self._http, _job_path(job_id, "/content"), what=_download_what(job_id),
-                                 job_id=job_id, max_bytes=bounds.max_bytes, cap_reason=bounds.cap_reason,
-                                 bounds=bounds, should_cancel=should_cancel, into=into)
 
     def delete(self, job_id: str) -> bool:
         """DELETE /v1/videos/{id}, best effort: True when the job is gone (deleted or already
         unknown), False otherwise. Never raises. 409 "Cancellation in progress" is retried."""
-        deadlines = dataclasses.replace(self._http.deadlines,
-                                        first_byte_s=min(self._http.deadlines.first_byte_s, DELETE_FIRST_BYTE_S))
-        try:
-            self._http.request("DELETE", _job_path(job_id), what=f"Deleting job {_shown(job_id)}",
-                               job_id=job_id, ok=lambda s: s < 300 or s == 404,
-                               retry_statuses=RETRY_STATUSES | {409}, retry=DELETE_RETRY, deadlines=deadlines)
-        except LauncherError as exc:
-            log.warning("Could not delete job %s: %s", _shown(job_id), exc.what)
-            return False
-        return True
+        return self._jobs.delete(job_id)
 
     # -- generate -------------------------------------------------------------------------------
 
@@ -283,7 +201,7 @@ class VideoClient:
                 if should_cancel is not None and should_cancel():
                     raise Cancelled()
                 try:
-                    state = self._status(job_id, should_cancel)
+                    state = self._jobs.status(job_id, should_cancel)
                 except LauncherError as exc:
                     lost = self._lost(job_id, last_status, exc)
                     cleanup = cleanup and lost is exc and "no longer knows" not in exc.what
@@ -308,7 +226,7 @@ class VideoClient:
                     self.delete(job_id)
                     cleanup = False
                     raise LauncherError(
-                        f"Job {_shown(job_id)} did not finish within {timeout_s:g} s",
+                        f"Job {shown(job_id)} did not finish within {timeout_s:g} s",
                         f"it was still {state.status.replace('_', ' ')} on the server; the launcher deleted it",
                         "raise the time limit, lower steps/frames/size, or check the server log for a hang",
                         setting="timeout")
@@ -324,13 +242,13 @@ class VideoClient:
             video: Optional[DecodedVideo] = None
             probed: Optional[VideoInfo] = None
             if decode:
-                got = self._download_decoded(job_id, bounds, prepared.take() if prepared is not None else None,
-                                             should_cancel)
+                got = self._jobs.download_decoded(job_id, bounds, prepared.take() if prepared is not None else None,
+                                                  should_cancel)
                 mp4, video = got.mp4, got.video
                 timings["downloaded"], timings["decoded"] = got.downloaded_at - t0, got.decoded_at - t0
                 timings["read_wait"] = got.read_wait_s
             else:
-                mp4 = self._download(job_id, bounds.max_bytes, bounds.cap_reason, should_cancel)
+                mp4 = self._jobs.download(job_id, bounds.max_bytes, bounds.cap_reason, should_cancel)
                 timings["downloaded"] = time.monotonic() - t0
                 probed = probe_mp4(mp4, bounds=bounds)
                 timings["decoded"] = time.monotonic() - t0
@@ -351,7 +269,7 @@ class VideoClient:
         """The error for job `job_id` (our id, not the server's echo), which the server reports
         failed: upstream's reason explained, its raw answer with this client's key redacted (the
         one place single jobs and batches build it)."""
-        return job_failed_error(job_id, state.error or "", self._http.redact(_job_text(state)),
+        return job_failed_error(job_id, state.error or "", self._http.redact(job_text(state)),
                                 state.error_code)
 
     def wait_for_next_poll(self, poll: float, due: Optional[Callable[[], bool]],
@@ -381,39 +299,9 @@ class VideoClient:
         else:
             return exc
         return LauncherError(
-            f"The vLLM-Omni server stopped answering while job {_shown(job_id)} was "
+            f"The vLLM-Omni server stopped answering while job {shown(job_id)} was "
             f"{last_status.replace('_', ' ')}",
             why, self.log_hint, setting="server", raw=exc.raw)
-
-
-def _job_path(job_id: str, tail: str = "") -> str:
-    """/v1/videos/<id><tail> with the server-provided id quoted into exactly one path segment
-    ("../x?y" -> "..%2Fx%3Fy"). An id of only dots ("", ".", "..") cannot be one: HTTP clients
-    resolve it as a dot segment (requests even turns %2E back into "."), so it is refused."""
-    segment = quote(str(job_id), safe="")
-    if segment.strip(".") == "":
-        raise LauncherError(
-            f"The server handed out an unusable job id {_shown(repr(str(job_id)))}",
-            "an empty or all-dots id would address another URL than the job's, so vLLM-Omni never uses one; "
-            "the server is misbehaving or is not vLLM-Omni",
-            "check which program answers at the server URL", setting="server")
-    return f"/v1/videos/{segment}{tail}"
-
-
-def _shown(job_id: str) -> str:
-    """A server-given job id as our texts show it (stripped, capped)."""
-    return untrusted_text(str(job_id), ID_LIMIT)
-
-
-def _download_what(job_id: str) -> str:
-    return f"Downloading job {_shown(job_id)}"
-
-
-def _job_text(state: JobState) -> str:
-    try:
-        return f"HTTP {state.http_status}: " + json.dumps(state.raw)
-    except (TypeError, ValueError):
-        return str(state.raw)
 
 
 __all__ = [

@@ -19,10 +19,10 @@ from __future__ import annotations
 from typing import Optional
 
 from ..errors import LauncherError
-from ..server.local_config import CONFIG_FILE_NAME, ENV_PREFIX
+from ..errors.config_names import CONFIG_FILE_NAME, ENV_PREFIX
 from .bounds import ClipBounds
 
-SETTING = "max_clip_memory_gib"                 # LocalConfig's field (server/local_config.py declares it)
+SETTING = "max_clip_memory_gib"                 # LocalConfig's field (server/config/local_config.py declares it)
 ENV_VAR = ENV_PREFIX + SETTING.upper()          # the local config's rule for a setting's variable
 BYTES_PER_PIXEL = 3 * 4          # float32 RGB, ComfyUI's IMAGE
 RAM_SHARE = 0.25                 # the default: this share of the machine's RAM

@@ -2,7 +2,7 @@
 
 The resolver the HTTP stack uses (getaddrinfo, which tries inet_aton first) reads "127.1",
 "0x7f.1", "0177.0.0.1" and "2130706433" as 127.0.0.1, so a host written that way IS that
-address. Origins (server/remote_servers.py) compare it in dotted form, so a key configured for
+address. Origins (server/config/remote_servers.py) compare it in dotted form, so a key configured for
 http://127.0.0.1:8091 and a workflow URL http://0x7f.1:8091 are seen as the one server they are,
 and the transport's loopback test (no proxy for our own servers) cannot be sidestepped by
 spelling. The parsing follows inet_aton (and the WHATWG URL standard's IPv4 parser): one to four

@@ -20,9 +20,9 @@ from typing import Any, Iterable, Optional
 import requests
 
 from ..errors import LauncherError
-from ..server.local_config import key_setup_hint
-from ..server.failure_patterns import is_oom
-from ..server.redact import strip_control, untrusted_text
+from ..errors.failure_patterns import is_oom
+from ..errors.redact import strip_control, untrusted_text
+from .origins import key_setup_hint
 from .server_json import parse_server_json
 
 # Statuses that mean "busy, starting or behind a failing proxy: ask again" (retried by the transport).

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..errors import LauncherError
-from ..server.redact import strip_control
+from ..errors.redact import strip_control
 from .frames import DecodedVideo, VideoInfo
 
 

@@ -18,7 +18,9 @@ CLI, and a plain `VideoClient.generate()`):
 * what earlier jobs of the same kind on the same server took (`Expectations`, this process's
   memory; kind = everything of the request but its prompt, seed and image bytes): the window
   opens LEAD_S before the learned running time. The first job of a kind has no estimate and is
-  polled at the normal interval only, unless a hint opens a window.
+  polled at the normal interval only, unless a hint opens a window. The time after the hint is
+  learned without the denoise-only fields (steps, guidance, ...: `after_hint_kind`), since what
+  follows the last denoise step (VAE decode, postprocess, MP4 encode) does not depend on them.
 
 A hint that turns false and true again (a batch: each clip's last denoise step) opens a new
 window each time; one that stays true opens one.
@@ -50,27 +52,43 @@ class Expectation:
     after_hint_s: Optional[float] = None
 
 
+# Request fields that act on the denoise loop only. What follows a job's last denoise step (the hint), the
+# server's VAE decode, postprocess and MP4 encode, does not depend on them (vLLM-Omni 0.30, one H200, 1280x704x121:
+# about 6 s at 4 and at 20 steps, bench/results/h200-levers-vllm-omni-0.30/), so the time after the hint is
+# learned per kind without them: a new step count is then detected as fast as the kind it shares a shape with.
+DENOISE_ONLY = frozenset({"steps", "guidance", "guidance_2", "boundary_ratio", "flow_shift", "sampler"})
+
+
+def after_hint_kind(kind: Hashable) -> Hashable:
+    """`kind` (job_kind's pairs) without the denoise-only fields."""
+    if not isinstance(kind, tuple):
+        return kind
+    return tuple(p for p in kind if not (isinstance(p, tuple) and len(p) == 2 and p[0] in DENOISE_ONLY))
+
+
 class Expectations:
-    """This process's learned job times, by (server URL, job kind). Thread-safe."""
+    """This process's learned job times: running time by (server URL, job kind), the time after the hint by
+    (server URL, `after_hint_kind`). Thread-safe."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._by_key: dict[tuple[str, Hashable], Expectation] = {}
+        self._run: dict[tuple[str, Hashable], Optional[float]] = {}
+        self._after: dict[tuple[str, Hashable], Optional[float]] = {}
 
     def get(self, url: str, kind: Hashable) -> Expectation:
         with self._lock:
-            found = self._by_key.get((url, kind))
-            return Expectation(found.run_s, found.after_hint_s) if found is not None else Expectation()
+            return Expectation(self._run.get((url, kind)), self._after.get((url, after_hint_kind(kind))))
 
     def learn(self, url: str, kind: Hashable, run_s: Optional[float], after_hint_s: Optional[float]) -> None:
         with self._lock:
-            old = self._by_key.setdefault((url, kind), Expectation())
-            old.run_s = _blend(old.run_s, run_s)
-            old.after_hint_s = _blend(old.after_hint_s, after_hint_s)
+            key, after_key = (url, kind), (url, after_hint_kind(kind))
+            self._run[key] = _blend(self._run.get(key), run_s)
+            self._after[after_key] = _blend(self._after.get(after_key), after_hint_s)
 
     def clear(self) -> None:
         with self._lock:
-            self._by_key.clear()
+            self._run.clear()
+            self._after.clear()
 
 
 def _blend(old: Optional[float], new: Optional[float]) -> Optional[float]:

@@ -14,6 +14,7 @@ and turns F frames into (F-1)*2**exp+1 at fps*2**exp (`postprocess/rife_interpol
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import numbers
@@ -22,6 +23,7 @@ from typing import Any, Optional
 
 from ..errors import LauncherError
 from .bounds import ClipBounds, bounds_for
+from .media import AudioClip, ControlVideo, ReferenceImage, reference_images_value
 
 
 SAMPLERS = ("unipc", "euler")
@@ -98,6 +100,13 @@ class VideoRequest:
     lora: Optional[RequestLora] = None
     sampler: Optional[str] = None
     interpolation: Optional[FrameInterpolation] = None
+    # VACE / speech-to-video media (media.py; docs/wan-pipelines.md): one control video or up to
+    # four reference images, never both (upstream answers 400); audio for S2V. `output_frames`:
+    # the (fewest, most) frames the clip may have when the model decides its length (S2V: the audio).
+    control_video: Optional[ControlVideo] = None
+    reference_images: tuple[ReferenceImage, ...] = ()
+    audio: Optional[AudioClip] = None
+    output_frames: Optional[tuple[int, int]] = None
 
     def __post_init__(self) -> None:
         """Numbers are numbers: NaN, inf, text or a list in a numeric field is refused here, before
@@ -152,7 +161,35 @@ class VideoRequest:
             form.update(self.interpolation.form_fields())
         if self.image_png is not None:
             form["input_reference"] = ("image.png", bytes(self.image_png), "image/png")
+        form.update(self._media_fields(server_version))
         return form
+
+    def _media_fields(self, server_version: tuple[int, int]) -> dict[str, Any]:
+        """The VACE / S2V media parts (docs/wan-pipelines.md, section 2): a control video or one
+        reference as the `input_reference` file, several references as the `image_reference` list
+        (0.30 only), audio as the `audio_reference` data URL."""
+        refs, out = tuple(self.reference_images), {}
+        used = [name for name, on in (("image", self.image_png is not None), ("control_video", self.control_video),
+                                      ("reference_images", refs)) if on]
+        if len(used) > 1:
+            raise LauncherError(
+                f"The request has both {used[0]} and {used[1]}",
+                "vLLM-Omni takes one image or one video per request for Wan (it answers 400 'does not support "
+                "mixed image and video references')", f"disconnect {used[1]} or {used[0]}", setting=used[1])
+        if self.control_video is not None:
+            out["input_reference"] = ("control.mp4", self.control_video.mp4, "video/mp4")
+        if len(refs) == 1:
+            out["input_reference"] = ("reference.jpg", refs[0].jpeg, "image/jpeg")
+        elif refs:
+            if tuple(server_version) < (0, 30):
+                raise LauncherError(
+                    f"{len(refs)} reference images need vLLM-Omni 0.30",
+                    "0.26 takes a single image reference per request",
+                    "pass one reference image, or use a 0.30 server", setting="reference_images")
+            out["image_reference"] = reference_images_value(refs)
+        if self.audio is not None:
+            out["audio_reference"] = self.audio.form_value()
+        return out
 
     def bounds(self, frame_multiplier: int = 1) -> ClipBounds:
         """What the server's clip for this request may be (size, frames, bytes); see bounds.py.
@@ -160,7 +197,12 @@ class VideoRequest:
         with `interpolation` set, exactly its multiplier applies."""
         if self.interpolation is not None:
             frame_multiplier = self.interpolation.multiplier
-        return bounds_for(self.width, self.height, self.num_frames, self.extra, frame_multiplier)
+        bounds = bounds_for(self.width, self.height, self.num_frames, self.extra, frame_multiplier)
+        if self.output_frames is not None:
+            fewest, most = (int(n) for n in self.output_frames)
+            bounds = dataclasses.replace(bounds, min_frames=fewest, max_frames=most,
+                                         asked=f"{self.width or '?'}x{self.height or '?'}x{fewest}..{most}")
+        return bounds
 
 
 def _extra_params(raw: Optional[str], sampler: Optional[str]) -> Optional[str]:

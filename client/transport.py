@@ -44,15 +44,8 @@ import urllib3
 
 from .abortable import AbortableAdapter, Attempt, run_try
 from .hosts import is_loopback_url
-from .http_errors import (
-    RETRY_STATUSES,
-    deadline_error,
-    http_error,
-    not_sent,
-    redact,
-    too_large_error,
-    unreachable_error,
-)
+from .http_errors import (RETRY_STATUSES, deadline_error, http_error, not_sent, redact, too_large_error,
+                          unreachable_error)
 
 log = logging.getLogger(__name__)
 

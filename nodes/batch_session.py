@@ -1,17 +1,9 @@
 """What Generate Batch asks of the core: several clips from one set of widgets, in one go.
 
-The requests are Generate Video's (session.build_request: the same defaults, checks, plan
-limit, LoRA, sampler and interpolation), one per prompt line x seed; they differ only in
-prompt and seed, which is exactly what vLLM-Omni 0.30's request batching may put in one
-forward. All are submitted at once (client/batch.py), so the server batches them, spreads them
-over replicas, or queues them without a gap, whichever it is set up for.
-
-How many clips a workflow may ask for is the local config's `max_batch_clips`: every decoded
-clip is held in memory until the node returns, and a shared workflow must not choose that.
-
-Progress is one bar over the steps of all clips; the text says which clip runs ("clip k/n").
-Cancel deletes every job of the batch; a local server's cancel policy then weighs the denoise
-still running against a restart, as for one job.
+One request per prompt line x seed (session.build_request's), differing only in what vLLM-Omni 0.30's
+request batching may put in one forward, all submitted at once (client/batch.py): the server batches,
+spreads over replicas or queues them without a gap. The local config's `max_batch_clips` caps them
+(every clip stays in memory until the node returns). One bar covers all clips; Cancel deletes every job.
 """
 from __future__ import annotations
 
@@ -21,8 +13,7 @@ from typing import Any, Optional
 from ..client.batch import BatchCancelled, BatchResult, BatchUpdate, run_batch
 from ..client.request import FrameInterpolation
 from ..errors import LauncherError
-from ..planner.speed_costs import cfg_runs
-from ..server.local_config import load_local_config
+from ..server.config.local_config import load_local_config
 from . import comfy_bridge, progress, session
 from .batch_count import prompt_lines
 from .handles import ServerHandle
@@ -31,17 +22,14 @@ SEED_LIMIT = 2 ** 63        # the seed widget's range: seeds wrap around inside 
 
 
 def clip_plan(prompts: str, seed: int, batch_count: int, limit: int) -> list[tuple[str, int]]:
-    """(prompt, seed) per clip: every prompt line with seeds seed .. seed + batch_count - 1,
-    prompt by prompt. Refuses an empty list and more clips than the local config allows, counted
-    before the list is built (a workflow's 10^6 prompt lines x 64 must not become 64 million clips)."""
-    if not isinstance(prompts, str):
-        raise LauncherError(f"prompts is {type(prompts).__name__}, not text", "Generate Batch takes its prompts "
-                            "as one text, one prompt per line", "write one prompt per line", setting="prompts")
+    """(prompt, seed) per clip: every prompt line with seeds seed .. seed + batch_count - 1 (widgets
+    checked by schema.py). Refuses no prompt, and more clips than the local config allows, counted
+    before the list is built (10^6 prompt lines x 64 must not become 64 million clips)."""
     lines = prompt_lines(prompts)
     if not lines:
         raise LauncherError("No prompt", "prompts is empty or holds only blank lines",
                             "write one prompt per line", setting="prompts")
-    count, first = max(1, _whole(batch_count, "batch_count")), _whole(seed, "seed")
+    count = max(1, batch_count)
     total = len(lines) * count
     if total > limit:
         raise LauncherError(
@@ -51,17 +39,7 @@ def clip_plan(prompts: str, seed: int, batch_count: int, limit: int) -> list[tup
             "the batch size in the launcher's local config (max_batch_clips)",
             f"use fewer prompt lines or a smaller batch_count (at most {limit} clips), or raise max_batch_clips "
             "in vllm_omni_launcher.json", setting="batch_count")
-    return [(line, (first + j) % SEED_LIMIT) for line in lines for j in range(count)]
-
-
-def _whole(value: Any, name: str) -> int:
-    """A whole-number widget as a workflow sent it (ComfyUI's /prompt takes any JSON value)."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise LauncherError(f"{name} is {value!r:.40}, not a whole number", "the workflow (API format) sent "
-                            f"another type for {name}", f"set {name} to a whole number", setting=name)
-    return value
+    return [(line, (seed + j) % SEED_LIMIT) for line in lines for j in range(count)]
 
 
 def generate_batch(handle: ServerHandle, *, prompts: str, seed: int, batch_count: int, image: Any = None,
@@ -83,30 +61,13 @@ def generate_batch(handle: ServerHandle, *, prompts: str, seed: int, batch_count
 
 
 def _run(handle: ServerHandle, requests: list[Any], reporter: progress.NodeReporter) -> BatchResult:
-    head = requests[0]          # every request of a batch has the same settings (only prompt and seed differ)
     # a stopped local server is started again planned for this batch, as Local Server plans it
-    client, sup = session.job_client(handle, reporter, cfg_runs(head.guidance, head.guidance_2), len(requests))
-    last = sup.progress() if sup is not None else None
-    bar = BatchProgress(reporter, len(requests), int(head.steps or 1),
-                        local_progress=sup.progress if sup is not None else None,
-                        run_floor=last.run_id if last is not None else -1)
-
-    def on_update(update: BatchUpdate) -> None:
-        if sup is not None:
-            sup.mark_job_activity()
-        bar.on_update(update)
-
-    reporter.text(f"Submitting {len(requests)} jobs")
-    try:
-        with client:
-            result = run_batch(client, requests, on_update=on_update, should_cancel=reporter.cancel_requested,
-                               due=bar.due if sup is not None else None)
-    except BatchCancelled as cancelled:
-        reporter.text(_cancel_text(cancelled, sup, bar.run_floor))
-        comfy_bridge.raise_interrupted()      # ends the node as interrupted; it always raises
-        raise
-    bar.finish()
-    return result
+    return session.run_jobs(
+        handle, requests, reporter, f"Submitting {len(requests)} jobs",
+        lambda local, run_floor, _: BatchProgress(reporter, len(requests), int(requests[0].steps or 1), local,
+                                                  run_floor),
+        lambda client, **poll: run_batch(client, requests, **poll), BatchCancelled,
+        lambda cancelled, sup, run_floor: reporter.text(_cancel_text(cancelled, sup, run_floor)))
 
 
 def _cancel_text(cancelled: BatchCancelled, sup: Any, run_floor: int) -> str:
@@ -114,19 +75,9 @@ def _cancel_text(cancelled: BatchCancelled, sup: Any, run_floor: int) -> str:
     queued = [job for job, status in cancelled.jobs if status != "in_progress"]
     running = [job for job, status in cancelled.jobs if status == "in_progress"]
     unconfirmed = "" if cancelled.deleted else " (the server did not confirm every deletion)"
-    text = (f"Cancelled after {cancelled.clips_done} clip(s): deleted {len(cancelled.jobs)} job(s){unconfirmed}; "
-            f"{len(queued)} never reached the GPU")
-    if sup is not None:
-        for job in queued:
-            sup.cancel_job(job, queued=True)              # logged; nothing of theirs reached the GPU
-        if running:
-            # One denoise (a batched wave counts once) is what the policy weighs against a restart.
-            decision = sup.cancel_job(running[0], run_floor)
-            text += f". vLLM-Omni cannot stop a Wan denoise it has started. {decision.text}"
-    elif running:
-        text += (". A Wan denoise the remote server has started keeps its GPU busy until it ends (vLLM-Omni "
-                 "cannot abort it), so its next job waits for that")
-    return text
+    note = session.cancel_note(sup, queued, running, run_floor)
+    return (f"Cancelled after {cancelled.clips_done} clip(s): deleted {len(cancelled.jobs)} job(s){unconfirmed}; "
+            f"{len(queued)} never reached the GPU" + (f". {note}" if note else ""))
 
 
 def _summary(result: BatchResult, clips: list[tuple[str, int]], note: str) -> str:
@@ -141,11 +92,9 @@ def _summary(result: BatchResult, clips: list[tuple[str, int]], note: str) -> st
 
 @dataclass
 class BatchProgress:
-    """One bar over the denoise steps of all clips, and "clip k/n" in the text.
-
-    Local servers: finished clips count all their steps, running ones the step of the denoise
-    the supervisor's log shows (a batched wave moves all its clips at once). Remote: the bar
-    moves clip by clip (the HTTP API has no steps)."""
+    """One bar over the denoise steps of all clips, and "clip k/n" in the text. Local: finished clips
+    count all their steps, running ones the step the log shows (a batched wave moves together).
+    Remote: clip by clip (the HTTP API has no steps)."""
 
     reporter: progress.NodeReporter
     clips: int

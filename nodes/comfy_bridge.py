@@ -1,10 +1,13 @@
-"""The only place that touches ComfyUI: progress, interrupt, status text, VIDEO, folders.
+"""The only place that touches ComfyUI at run time: progress, interrupt, status text, VIDEO, folders.
 
-Everything is imported lazily at execution time, with a fallback when ComfyUI is absent
-(CI, the CLI, tests). Tests install a small stand-in for these modules in sys.modules.
+All imported lazily, with a fallback outside ComfyUI (CI, tests); the V3 parts from `PINNED` only.
+Tests install a stand-in for these modules (tests/contract/comfy_standin.py).
 """
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import importlib
 import io
 from dataclasses import dataclass
 from fractions import Fraction
@@ -14,18 +17,24 @@ from typing import Any, Optional
 import numpy as np
 
 
-class _NoProgress:
-    def update_absolute(self, value: float, total: Optional[float] = None, preview: Any = None) -> None:
-        return None
+PINNED = "comfy_api.v0_0_2"   # ComfyUI's versioned node API the pack is written against (v3.py)
+PROGRESS_WAIT_S = 5.0         # a busy server loop delays the bar, never the job
 
 
-def progress_bar(total: int, node_id: Optional[str]) -> Any:
-    """ComfyUI's ProgressBar (its updates also deliver Cancel to us), or a no-op."""
+def set_progress(value: int, total: int, node_id: Optional[str]) -> None:
+    """The node's bar via the V3 API's `ComfyAPI.Execution.set_progress` on ComfyUI's server loop (from
+    the node's and supervisor's threads), waited for so none lands after the node ends; it never raises
+    ComfyUI's interrupt. 0.3.64 never builds ComfyAPISync's `execution` (a PEP 563 string annotation)."""
     try:
-        from comfy.utils import ProgressBar  # type: ignore[import-not-found]
-    except ImportError:
-        return _NoProgress()
-    return ProgressBar(max(1, total), node_id=node_id)
+        execution = importlib.import_module(PINNED).ComfyAPI.Execution()
+        from server import PromptServer  # type: ignore[import-not-found]  # ComfyUI's, not ours
+        loop = PromptServer.instance.loop
+    except (ImportError, AttributeError):
+        return
+    if node_id:
+        update = execution.set_progress(value, max(1, total), node_id=node_id)
+        with contextlib.suppress(TimeoutError):
+            asyncio.run_coroutine_threadsafe(update, loop).result(timeout=PROGRESS_WAIT_S)
 
 
 def interrupted() -> bool:
@@ -45,14 +54,6 @@ def raise_interrupted() -> None:
         raise KeyboardInterrupt("cancelled") from None
     mm.throw_exception_if_processing_interrupted()
     raise mm.InterruptProcessingException()
-
-
-def is_interrupt_exception(exc: BaseException) -> bool:
-    try:
-        import comfy.model_management as mm  # type: ignore[import-not-found]
-    except ImportError:
-        return isinstance(exc, KeyboardInterrupt)
-    return isinstance(exc, mm.InterruptProcessingException)
 
 
 def send_status(text: str, node_id: Optional[str]) -> None:
@@ -84,7 +85,7 @@ def image_to_uint8(image: Any) -> np.ndarray:
     return (np.clip(array, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
 
 
-@dataclass
+@dataclass(repr=False)            # never the MP4 bytes in a printed input
 class Mp4Video:
     """VIDEO stand-in outside ComfyUI: the server's MP4 bytes, untouched (lossless)."""
 
@@ -92,30 +93,18 @@ class Mp4Video:
     fps: float
 
     def save_to(self, path: Any, **_: Any) -> None:
-        if isinstance(path, (str, Path)):
-            Path(path).write_bytes(self.data)
-        else:
-            path.write(self.data)
+        Path(path).write_bytes(self.data)
 
     def get_frame_rate(self) -> Fraction:
         return Fraction(self.fps).limit_denominator(1000)
 
-    def __repr__(self) -> str:
-        return f"Mp4Video({len(self.data)} bytes, {self.fps:g} fps)"
-
 
 def make_video(mp4: bytes, fps: float) -> Any:
     """ComfyUI VIDEO over the MP4 bytes (no re-encode), else our stand-in."""
-    for module, attr in (("comfy_api.latest", "InputImpl"), ("comfy_api.input_impl", None)):
-        try:
-            mod = __import__(module, fromlist=["x"])
-        except ImportError:
-            continue
-        impl = getattr(mod, attr) if attr else mod
-        video_cls = getattr(impl, "VideoFromFile", None)
-        if video_cls is not None:
-            return video_cls(io.BytesIO(mp4))
-    return Mp4Video(mp4, fps)
+    try:
+        return importlib.import_module(PINNED).InputImpl.VideoFromFile(io.BytesIO(mp4))
+    except (ImportError, AttributeError):
+        return Mp4Video(mp4, fps)
 
 
 def diffusers_folders() -> list[Path]:

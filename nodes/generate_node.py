@@ -1,14 +1,20 @@
-"""Generate Video: prompt (and image) to IMAGE frames, fps and VIDEO, through a server handle."""
+"""Generate Video and Generate Batch: prompts (and an image) to IMAGE frames, fps and VIDEO.
+
+Generate Batch's inputs are Generate Video's (`job_inputs`, not copied), with `prompts` in place of
+`prompt` and `batch_count` after `seed`. Its seed sweep is ComfyUI's usual form (EmptyLatentImage's
+batch_size, KSampler's seed): one `seed` and a count, clip j of each prompt getting seed + j, so
+"control after generate" moves the whole sweep and a workflow never holds a list of seeds.
+"""
 from __future__ import annotations
 
 from typing import Any, Optional
 
 from ..client.request import DEFAULT_SAMPLER, SAMPLERS, FrameInterpolation
 from ..errors import LauncherError
-from . import comfy_bridge, session
+from . import batch_session, comfy_bridge, session
 from .handles import SERVER_TYPE, ServerHandle
+from .schema import Input, Node, Output
 
-CATEGORY = "vLLM-Omni"
 ZERO = "0 = the model's recommended value"
 MINUS_ONE = "-1 = the model's recommended value"
 NO_MODEL = "(none)"
@@ -34,84 +40,102 @@ def interpolation_for(choice: str, model_name: str) -> Optional[FrameInterpolati
     return FrameInterpolation(str(path), exp)
 
 
-class GenerateVideo:
-    """Run one Wan2.2 job on the server and return its frames."""
+def _number(name: str, kind: str, default: Any, tooltip: str, **opts: Any) -> Input:
+    return Input(name, kind, tooltip, default=default, opts=opts)
 
-    DESCRIPTION = ("Text (and image) to video on a vLLM-Omni server. 0 (for sizes, frames, fps, steps) or -1 (for "
-                   "guidance, boundary and shift) means the model's recommended value: A14B 832x480, 81 frames at "
-                   "16 fps; TI2V-5B 1280x704, 121 frames at 24 fps. When the serving plan fits less than that, "
-                   "widgets at 0 take the plan's size and frames (the node says so). Inputs are checked before "
-                   "anything is sent. A stopped local server is started again. Cancel deletes the job on the "
-                   "server.")
-    CATEGORY = CATEGORY
-    RETURN_TYPES = ("IMAGE", "FLOAT", "VIDEO")
-    RETURN_NAMES = ("frames", "fps", "video")
-    OUTPUT_TOOLTIPS = ("the decoded frames, IMAGE [frames, height, width, 3] float32 0..1",
-                       "the video's frame rate, for nodes that take IMAGE + fps (e.g. Create Video)",
-                       "the server's MP4 as ComfyUI VIDEO, not re-encoded: connect to Save Video")
-    FUNCTION = "generate"
-    OWN_CHOICE_CHECKS = ("interpolation_model",)   # interpolation_for says where they come from (input_checks.py)
 
-    @classmethod
-    def INPUT_TYPES(cls):  # noqa: N802
-        return {
-            "required": {
-                "server": (SERVER_TYPE, {"tooltip": "where the job runs: Local Server or Remote Server"}),
-                "prompt": ("STRING", {"multiline": True, "default": "",
-                                      "tooltip": "what the video shows and how the camera moves (required)"}),
-                "negative_prompt": ("STRING", {"multiline": True, "default": "",
-                                               "tooltip": "what to avoid, e.g. blurry, jitter, watermark "
-                                                          "(empty = none)"}),
-                "width": ("INT", {"default": 0, "min": 0, "max": 4096, "step": 16,
-                                  "tooltip": "multiple of 16 (A14B) or 32 (TI2V-5B); " + ZERO}),
-                "height": ("INT", {"default": 0, "min": 0, "max": 4096, "step": 16,
-                                   "tooltip": "multiple of 16 (A14B) or 32 (TI2V-5B); " + ZERO}),
-                "frames": ("INT", {"default": 0, "min": 0, "max": 1025,  # no step: the UI snaps to min + k*step
-                                   "tooltip": "4k+1 frames (81, 121, ...); " + ZERO}),
-                "fps": ("FLOAT", {"default": 0.0, "min": 0.0, "max": 120.0, "step": 1.0,
-                                  "tooltip": "frame rate of the MP4 (Wan does not use it); " + ZERO +
-                                             " (16 A14B, 24 TI2V-5B)"}),
-                "steps": ("INT", {"default": 0, "min": 0, "max": 200,
-                                  "tooltip": "denoise steps (40 A14B, 50 TI2V-5B); " + ZERO}),
-                "guidance": ("FLOAT", {"default": -1.0, "min": -1.0, "max": 20.0, "step": 0.1,
-                                       "tooltip": "CFG scale (of the high-noise expert on A14B); 1 = no CFG; "
-                                                  + MINUS_ONE}),
-                "guidance_2": ("FLOAT", {"default": -1.0, "min": -1.0, "max": 20.0, "step": 0.1,
-                                         "tooltip": "CFG of the low-noise expert (A14B only); " + MINUS_ONE}),
-                "boundary_ratio": ("FLOAT", {"default": -1.0, "min": -1.0, "max": 1.0, "step": 0.005,
-                                             "tooltip": "A14B expert switch point; a server-side value wins; "
-                                                        + MINUS_ONE}),
-                "flow_shift": ("FLOAT", {"default": -1.0, "min": -1.0, "max": 50.0, "step": 0.5,
-                                         "tooltip": "scheduler flow shift; " + MINUS_ONE}),
-                "seed": ("INT", {"default": 0, "min": 0, "max": 2**63 - 1, "control_after_generate": True,
-                                 "tooltip": "noise seed: the same seed and settings give the same video; a new "
-                                            "seed re-runs only this node"}),
-            },
-            "optional": {
-                "image": ("IMAGE", {"tooltip": "start frame: required for I2V-A14B, optional for "
-                                               "TI2V-5B, refused by T2V-A14B (first image of a batch)"}),
-                # Optional and after the original widgets: saved workflows store values by position,
-                # and released API workflows (without them) must still validate.
-                "sampler": (list(SAMPLERS), {"default": DEFAULT_SAMPLER,
-                                             "tooltip": "unipc (upstream's default) or euler (for 4-step "
-                                                        "distill LoRAs such as lightx2v)"}),
-                "frame_interpolation": (list(INTERPOLATION), {
-                    "default": "off", "tooltip": "RIFE after decoding: x2 / x4 the frames and the fps "
-                                                 "(frames become (F-1)*k+1); needs interpolation_model"}),
-                "interpolation_model": ([NO_MODEL, *sorted(comfy_bridge.interpolation_models())], {
-                    "default": NO_MODEL, "tooltip": "a RIFE folder (flownet.pkl) under "
-                                                    "ComfyUI/models/frame_interpolation; local servers only"}),
-            },
-            "hidden": {"unique_id": "UNIQUE_ID"},
-        }
+def text_input(name: str, tooltip: str) -> Input:
+    return Input(name, "STRING", tooltip, default="", opts={"multiline": True})
 
-    def generate(self, server: ServerHandle, prompt: str, negative_prompt: str, width: int, height: int,
-                 frames: int, fps: float, steps: int, guidance: float, guidance_2: float, boundary_ratio: float,
-                 flow_shift: float, seed: int, sampler: str = DEFAULT_SAMPLER, frame_interpolation: str = "off",
-                 interpolation_model: str = NO_MODEL, image: Any = None, unique_id: Optional[str] = None):
-        return session.generate_video(
-            server, image=image, node_id=unique_id, sampler=sampler,
-            interpolation=interpolation_for(frame_interpolation, interpolation_model), prompt=prompt,
-            negative_prompt=negative_prompt, width=width, height=height, frames=frames, fps=fps, steps=steps,
-            guidance=guidance, guidance_2=guidance_2, boundary_ratio=boundary_ratio, flow_shift=flow_shift,
-            seed=seed)
+
+def job_inputs(prompt: Input) -> list[Input]:
+    """Generate Video's inputs, with `prompt` in its place (Generate Batch puts its `prompts` there)."""
+    return [
+        Input("server", SERVER_TYPE, "where the job runs: Local Server or Remote Server"),
+        prompt,
+        text_input("negative_prompt", "what to avoid, e.g. blurry, jitter, watermark (empty = none)"),
+        _number("width", "INT", 0, "multiple of 16 (A14B) or 32 (TI2V-5B); " + ZERO, min=0, max=4096, step=16),
+        _number("height", "INT", 0, "multiple of 16 (A14B) or 32 (TI2V-5B); " + ZERO, min=0, max=4096, step=16),
+        _number("frames", "INT", 0, "4k+1 frames (81, 121, ...); " + ZERO, min=0, max=1025),  # no step: the UI
+        _number("fps", "FLOAT", 0.0, "frame rate of the MP4 (Wan does not use it); " + ZERO +  # snaps to min+k*step
+                " (16 A14B, 24 TI2V-5B)", min=0.0, max=120.0, step=1.0),
+        _number("steps", "INT", 0, "denoise steps (40 A14B, 50 TI2V-5B); " + ZERO, min=0, max=200),
+        _number("guidance", "FLOAT", -1.0, "CFG scale (of the high-noise expert on A14B); 1 = no CFG; " + MINUS_ONE,
+                min=-1.0, max=20.0, step=0.1),
+        _number("guidance_2", "FLOAT", -1.0, "CFG of the low-noise expert (A14B only); " + MINUS_ONE,
+                min=-1.0, max=20.0, step=0.1),
+        _number("boundary_ratio", "FLOAT", -1.0, "A14B expert switch point; a server-side value wins; " + MINUS_ONE,
+                min=-1.0, max=1.0, step=0.005),
+        _number("flow_shift", "FLOAT", -1.0, "scheduler flow shift; " + MINUS_ONE, min=-1.0, max=50.0, step=0.5),
+        _number("seed", "INT", 0, "noise seed: the same seed and settings give the same video; a new seed re-runs "
+                "only this node", min=0, max=2**63 - 1, control_after_generate=True),
+        Input("image", "IMAGE", "start frame: required for I2V-A14B, optional for TI2V-5B, refused by T2V-A14B "
+              "(first image of a batch)", optional=True),
+        # Optional and after the original widgets: saved workflows store values by position,
+        # and released API workflows (without them) must still validate.
+        Input("sampler", "COMBO", "unipc (upstream's default) or euler (for 4-step distill LoRAs such as lightx2v)",
+              default=DEFAULT_SAMPLER, optional=True, options=tuple(SAMPLERS)),
+        Input("frame_interpolation", "COMBO", "RIFE after decoding: x2 / x4 the frames and the fps (frames become "
+              "(F-1)*k+1); needs interpolation_model", default="off", optional=True, options=tuple(INTERPOLATION)),
+        Input("interpolation_model", "COMBO", "a RIFE folder (flownet.pkl) under ComfyUI/models/frame_interpolation; "
+              "local servers only", default=NO_MODEL, optional=True, own_choice=True,
+              options=lambda: [NO_MODEL, *sorted(comfy_bridge.interpolation_models())]),
+    ]
+
+
+def _generate(server: ServerHandle, frame_interpolation: str, interpolation_model: str, unique_id: Optional[str],
+              image: Any = None, sampler: str = DEFAULT_SAMPLER, **widgets: Any) -> tuple:
+    return session.generate_video(server, image=image, node_id=unique_id, sampler=sampler,
+                                  interpolation=interpolation_for(frame_interpolation, interpolation_model), **widgets)
+
+
+GENERATE_VIDEO = Node(
+    "VLLMOmniGenerateVideo", "vLLM-Omni Generate Video",
+    "Text (and image) to video on a vLLM-Omni server. 0 (for sizes, frames, fps, steps) or -1 (for guidance, "
+    "boundary and shift) means the model's recommended value: A14B 832x480, 81 frames at 16 fps; TI2V-5B "
+    "1280x704, 121 frames at 24 fps. When the serving plan fits less than that, widgets at 0 take the plan's size "
+    "and frames (the node says so). Inputs are checked before anything is sent. A stopped local server is started "
+    "again. Cancel deletes the job on the server.",
+    lambda: job_inputs(text_input("prompt", "what the video shows and how the camera moves (required)")),
+    (Output("IMAGE", "frames", "the decoded frames, IMAGE [frames, height, width, 3] float32 0..1"),
+     Output("FLOAT", "fps", "the video's frame rate, for nodes that take IMAGE + fps (e.g. Create Video)"),
+     Output("VIDEO", "video", "the server's MP4 as ComfyUI VIDEO, not re-encoded: connect to Save Video")),
+    _generate)
+
+MAX_BATCH_WIDGET = 64    # the widget's own range; the machine's cap is the local config's max_batch_clips
+
+
+def batch_inputs() -> list[Input]:
+    """Generate Video's inputs with `prompts` in place of `prompt` and `batch_count` after `seed`."""
+    inputs = job_inputs(text_input("prompts", "one prompt per line (blank lines are ignored); every line is made "
+                              "batch_count times, with seeds seed, seed+1, ..."))
+    after_seed = [i.name for i in inputs].index("seed") + 1
+    inputs.insert(after_seed, Input("batch_count", "INT", "clips per prompt line, with seeds seed .. "
+                                    "seed+batch_count-1; prompt lines x batch_count may be at most the local "
+                                    "config's max_batch_clips", default=1, opts={"min": 1, "max": MAX_BATCH_WIDGET}))
+    return inputs
+
+
+def _generate(server: ServerHandle, prompts: str, seed: int, batch_count: int, frame_interpolation: str,
+              interpolation_model: str, unique_id: Optional[str], image: Any = None, sampler: str = DEFAULT_SAMPLER,
+              **widgets: Any) -> tuple:
+    return batch_session.generate_batch(
+        server, prompts=prompts, seed=seed, batch_count=batch_count, image=image, node_id=unique_id,
+        sampler=sampler, interpolation=interpolation_for(frame_interpolation, interpolation_model), **widgets)
+
+
+GENERATE_BATCH = Node(
+    "VLLMOmniGenerateBatch", "vLLM-Omni Generate Batch",
+    "Several clips in one go: one prompt per line and/or batch_count seeds per prompt (seed, seed+1, ...); all "
+    "other widgets as in Generate Video. All jobs are sent at once, so a server with request batching (vLLM-Omni "
+    "0.30, --max-num-seqs) or replicas runs them together. Returns every clip's frames as one IMAGE batch (in "
+    "order), each clip's VIDEO (a list: Save Video saves each) and a summary. One progress bar over all clips; "
+    "Cancel deletes every job. The local config's max_batch_clips caps the number of clips.",
+    batch_inputs,
+    (Output("IMAGE", "frames", "the frames of all clips, one after the other in prompt then seed order, IMAGE "
+            "[clips x frames, height, width, 3] float32 0..1"),
+     Output("FLOAT", "fps", "the clips' frame rate, for nodes that take IMAGE + fps (e.g. Create Video)"),
+     Output("VIDEO", "videos", "each clip's MP4 as ComfyUI VIDEO, not re-encoded (a list: a Save Video node runs "
+            "once per clip)", is_list=True),
+     Output("STRING", "summary", "which clip is which (prompt and seed), their size, and how the server ran them")),
+    _generate)

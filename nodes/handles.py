@@ -1,14 +1,8 @@
 """The small values that flow between the launcher's nodes.
 
-ComfyUI caches node outputs and prints inputs in error messages, so these are plain,
-serialisable descriptors: no process objects and no secrets. The live server stays in the
-registry (server/registry.py); the API key is looked up at use, never carried.
-
-A handle is what its node returns for the same inputs: it names *which* server (the launch
-spec's fingerprint, or the remote URL / configured name), not which process. Generate Video
-finds the live process by fingerprint when it runs, so a server restarted by the supervisor
-(new port, new key) or stopped by keep-alive is used or started again without re-running,
-and re-queueing an unchanged graph costs nothing.
+ComfyUI caches outputs and prints inputs in errors, so these are plain descriptors, no process, no
+secret: a handle names *which* server (the spec's fingerprint, or the remote URL / configured name), and
+Generate Video finds the live one when it runs (restarted, or stopped by keep-alive: started again).
 """
 from __future__ import annotations
 
@@ -16,12 +10,11 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..client.request import RequestLora
-
-from ..models import FAMILIES, WanFamily
+from ..models import ALL_FAMILIES, WanFamily
 # The serving choice and the plan's request limit are the core's (planner/launch_plan.py); they
 # travel in handles, so the nodes import them from here.
 from ..planner.launch_plan import RequestLimit, ServingChoice
-from ..server.loras import LoraEntry
+from ..server.launch.loras import LoraEntry
 
 MODEL_TYPE = "VLLM_OMNI_MODEL"
 SERVING_TYPE = "VLLM_OMNI_SERVING"
@@ -30,13 +23,9 @@ SERVER_TYPE = "VLLM_OMNI_SERVER"
 
 @dataclass(frozen=True)
 class ModelChoice:
-    """Which Wan2.2 model: an HF id or a local Diffusers folder, and its family.
-
-    `label` is the entry picked in Load Model (a preset id or `local/<relative path>`);
-    `model` is what the server is started with (the preset id, or the folder's path here).
-    `loras`: the LoRAs chained onto it by vLLM-Omni LoRA nodes, in order (server/loras.py
-    decides whether each is fused at startup or sent per request).
-    """
+    """Which Wan2.2 model: `model` what the server starts with (a preset id or a folder's path),
+    `label` the Load Model entry, `loras` the chain of LoRA nodes in order (server/launch/loras.py
+    decides whether each is fused at startup or sent per request)."""
 
     model: str
     family_key: str
@@ -45,19 +34,15 @@ class ModelChoice:
 
     @property
     def family(self) -> WanFamily:
-        return FAMILIES[self.family_key]
+        return ALL_FAMILIES[self.family_key]
 
 
 @dataclass(frozen=True)
 class ServerHandle:
-    """Where to send jobs.
-
-    local:  `server_id` is the fingerprint of the launch spec asked for; `model` and `serving`
-            let Generate Video start it again when it is no longer running; `limit` is the
-            plan's reduced default request, applied where Generate's widgets say 0; `lora`
-            is the per-request LoRA of the model's chain (fused ones are in the server itself).
-    remote: `remote_name` is the locally configured server's name ("" for a typed URL).
-    """
+    """Where to send jobs. Local: `server_id` the launch spec's fingerprint; `model` and `serving`
+    to start it again; `limit` the plan's reduced request (where Generate's widgets say 0); `lora` the
+    chain's per-request LoRA (fused ones are in the server). Remote: `remote_name` the configured name
+    ("" for a typed URL)."""
 
     kind: str                          # "local" | "remote"
     url: str
@@ -73,7 +58,7 @@ class ServerHandle:
 
     @property
     def family(self) -> WanFamily:
-        return FAMILIES[self.family_key]
+        return ALL_FAMILIES[self.family_key]
 
     def __repr__(self) -> str:  # no key exists here, but keep it short and obviously safe
         where = f" ({self.remote_name})" if self.remote_name else ""

@@ -1,23 +1,13 @@
 """The one place that turns supervisor and client events into ComfyUI progress and text.
 
-Every node that waits reports through a `NodeReporter`: one progress bar and one status
-line under the node, each sent only when it changes (a poll every 0.25 s must not become
-three websocket messages every 0.25 s). The front end keeps a node's last text until a new
-one arrives and ignores empty text, so each run starts by replacing it and a failure
-replaces it with what went wrong: the previous run's "Done: ..." never lingers.
-
-ComfyUI's ProgressBar doubles as its Cancel check: an update while Cancel is pending
-clears the flag and raises. The reporter never lets that escape into a supervisor or client
-callback (where it would be swallowed or kill a thread); it remembers the cancel instead,
-and `cancel_requested()` is what the launch and the job poll, so a cancel is never lost.
-
-Job progress: the HTTP API has none (0 then 100). For a server we supervise, the
-supervisor parses the rank-0 tqdm lines of its log, so the bar shows real denoise steps and
-their ETA. For a remote server only elapsed time is known: it is compared with how long
-similar jobs took on that server, and once a job runs longer than that the estimate grows
-with it instead of sitting at "~0s left". The first job of its size on a server has no
-estimate yet: its bar moves with the time elapsed (half-way at ELAPSED_HALF_S, never full),
-and its text says that the bar is elapsed time, so the node shows it is alive.
+A waiting node reports through one `NodeReporter`: a bar and a status line, each sent only when it
+changes (a 0.25 s poll must not become three websocket messages). Each run replaces the last run's
+text, and a failure replaces it with what went wrong. The bar goes through ComfyUI's V3 progress API,
+which never raises ComfyUI's interrupt into our threads; `cancel_requested()` reads the Cancel flag.
+The HTTP API has no job progress: a supervised server's bar shows the denoise steps and ETA its log
+gives; a remote one's, elapsed time against what jobs of the kind took there (client/poll_window.py),
+growing past it rather than sitting at "~0s left"; the first such job's moves with elapsed time
+(half-way at ELAPSED_HALF_S, never full) and its text says so.
 """
 from __future__ import annotations
 
@@ -29,8 +19,6 @@ from typing import Any, Callable, Iterator, Optional
 from ..errors import LauncherError
 from . import comfy_bridge
 
-_lock = threading.Lock()
-_seconds_per_unit: dict[tuple[str, str], float] = {}   # (url, family) -> running seconds per (token x step)
 REMOTE_BAR = 100                                        # remote bar in percent: no real steps to show
 ELAPSED_HALF_S = 60.0                                   # without an estimate, the bar is half-way after this
 
@@ -44,8 +32,6 @@ class NodeReporter:
         self._lock = threading.Lock()
         self._text: Optional[str] = None
         self._position: Optional[tuple[int, int]] = None
-        self._bar: Any = None
-        self._cancelled = False
         self._closed = False
 
     def text(self, text: str) -> None:
@@ -66,21 +52,11 @@ class NodeReporter:
             if self._closed or position == self._position:
                 return
             self._position = position
-            if comfy_bridge.interrupted():
-                self._cancelled = True       # an update now would clear ComfyUI's Cancel flag
-                return
-            if self._bar is None:
-                self._bar = comfy_bridge.progress_bar(position[1], self.node_id)
-            try:
-                self._bar.update_absolute(*position)
-            except Exception as exc:         # ComfyUI raises its interrupt from here
-                if not comfy_bridge.is_interrupt_exception(exc):
-                    raise
-                self._cancelled = True
+            comfy_bridge.set_progress(*position, self.node_id)
 
     def cancel_requested(self) -> bool:
-        """Has the user pressed Cancel (seen by ComfyUI's flag or by a bar update)?"""
-        return self._cancelled or comfy_bridge.interrupted()
+        """Has the user pressed Cancel? (ComfyUI's flag, read without clearing it.)"""
+        return comfy_bridge.interrupted()
 
     def close(self) -> None:
         """The node has returned: no more bar updates (text from later server events is still shown)."""
@@ -120,39 +96,9 @@ def reporting(node_id: Optional[str], first_text: str) -> Iterator[NodeReporter]
 
 
 # ----------------------------------------------------------------------------- remote estimates
-def work_units(width: int, height: int, frames: int, steps: int) -> float:
-    """Job size proxy: latent tokens x denoise steps."""
-    return (width / 16) * (height / 16) * ((frames - 1) // 4 + 1) * max(1, steps)
-
-
-def learn(url: str, family: str, units: float, running_s: float) -> None:
-    """Remember how long a job of this size ran on this server (moving average)."""
-    if units > 0 and running_s > 0:
-        with _lock:
-            old = _seconds_per_unit.get((url, family))
-            new = running_s / units
-            _seconds_per_unit[(url, family)] = new if old is None else 0.5 * old + 0.5 * new
-
-
-def estimate(url: str, family: str, units: float) -> Optional[float]:
-    """Seconds a job of this size should run on this server, from earlier jobs here (None: no job yet)."""
-    with _lock:
-        rate = _seconds_per_unit.get((url, family))
-    return rate * units if rate is not None else None
-
-
-REMOTE_DUE_SHARE = 0.9     # a remote job is "due" (poll fast) from this share of its estimate on
-
-
-def remote_due(running_s: float, estimate_s: Optional[float]) -> bool:
-    """Has a remote job run long enough that it should be finishing (from earlier jobs there)?"""
-    return bool(estimate_s) and running_s >= REMOTE_DUE_SHARE * float(estimate_s)
-
-
 def estimated_fraction(running_s: float, estimate_s: float) -> float:
-    """Share of the job done: linear up to 80 % of the estimate, then growing towards (never
-    reaching) 1, starting with the same slope: an overrunning job still moves and never looks
-    done, as if the estimate kept growing with the time it has run."""
+    """Share of the job done: linear to 80 % of the estimate, then towards (never reaching) 1 from the
+    same slope: an overrunning job still moves and never looks done, as if the estimate kept growing."""
     knee = 0.8 * estimate_s
     if running_s <= knee:
         return running_s / estimate_s
@@ -180,20 +126,15 @@ class JobProgress:
     steps: int
     local_progress: Optional[Callable[[], Any]] = None   # Supervisor.progress
     run_floor: int = -1                                  # denoise runs up to this id belong to earlier jobs
-    remote_estimate_s: Optional[float] = None
-
-    running_s: float = 0.0                               # as of the last poll
+    remote_estimate_s: Optional[float] = None            # what this kind of job took there before
 
     def due(self) -> bool:
-        """Should the job be finishing now (so the client polls faster)? Local: the log showed
-        this job's last denoise step. Remote: it ran 90% of the learned estimate."""
-        if self.local_progress is not None:
-            progress = self.local_progress()
-            return progress is not None and progress.denoised_after(self.run_floor)
-        return remote_due(self.running_s, self.remote_estimate_s)
+        """Local: the log showed this job's last denoise step (the client then polls faster; a remote
+        job's fast polls come from the client's record of earlier jobs, client/poll_window.py)."""
+        progress = self.local_progress() if self.local_progress is not None else None
+        return progress is not None and progress.denoised_after(self.run_floor)
 
     def on_update(self, update: Any) -> None:
-        self.running_s = update.running_s
         status = update.status
         if status == "queued":
             self.reporter.text(f"Queued {clock(update.queued_s)} (the server is busy with another job)")

@@ -1,44 +1,40 @@
-"""What the nodes ask of the core: a server to use, one job run on it, a report.
+"""What the nodes ask of the core: a server to use, jobs run on it, a report.
 
-Each node is a schema plus one call into this module, which opens the right client for a
-handle and runs the work with the node's reporter (progress.py) for progress, status text
-and Cancel. Keys are looked up here, at use, from the registry (our own servers) or the
-local configuration (remote servers): never from a widget, never carried in a handle.
-
-Local servers are found by the fingerprint of the launch spec asked for, not by process:
-a server the supervisor restarted is used as it is now (port, key), and one that is no
-longer running (keep-alive, Stop Server, gave up after crashes) is started again from the
-handle's model and serving choices, with the launch's progress on the Generate node. So
-the Local Server node needs no IS_CHANGED: re-queueing an unchanged graph runs nothing.
+Each node is a declaration plus one call here, which opens the right client for a handle and runs the
+work with the node's reporter (progress.py). Keys are looked up at use, from the registry (our servers)
+or the local config (remote ones): never from a widget or a handle. Local servers are found by the
+fingerprint of the launch spec asked for, not by process: one the supervisor restarted is used as it is
+(port, key), one no longer running (keep-alive, Stop Server, crashes) is started again from the handle's
+choices, its launch on the Generate node; so Local Server needs no fingerprint_inputs.
 """
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, NoReturn, Optional
+from typing import Any, Callable, NoReturn, Optional
 
 from ..client.api import LOCAL_LOG_HINT, REMOTE_LOG_HINT, VideoClient
-from ..client.job_results import GenerationCancelled, GenerationResult
 from ..client.images import image_to_png
+from ..client.job_results import GenerationCancelled, GenerationResult
+from ..client.poll_window import LEARNED, job_kind
 from ..client.request import FrameInterpolation
 from ..client.transport import Deadlines
 from ..errors import LauncherError
-from ..models import request_for
+from ..models import guidance_as_sent, request_for
 from ..planner.doctor import run_doctor
 from ..planner.launch_plan import LaunchPlan
 from ..planner.speed_costs import cfg_runs, idle_cfg_warning
 from ..server import registry
-from ..server.loras import LoraPlan, plan_loras
-from ..server.local_config import LocalConfig, load_local_config, origin
+from ..server.config.local_config import LocalConfig, load_local_config, origin
+from ..server.launch.loras import LoraPlan, plan_loras
 from . import comfy_bridge, progress
 from .batch_count import queued_clips
-from .handles import ModelChoice, RequestLimit, ServerHandle, ServingChoice
+from .handles import ModelChoice, ServerHandle, ServingChoice
 
 USE_URL = "(use url)"        # Remote Server: no configured server picked, the url widget applies
 
-# Local Server plans before any request exists, so its `auto` plan assumes CFG on (the server's
-# default guidance is not 1). A job whose guidance turns CFG off on an auto-planned CFG-parallel
-# server re-plans (`_running_local`); the server it gets is remembered here, by the handle's
-# fingerprint, so the next jobs of that (cached) handle use it instead of starting the first plan again.
+# A job whose guidance turns CFG off on an auto-planned CFG-parallel server re-plans
+# (`_running_local`); the server it gets is remembered here by the handle's fingerprint, so the
+# next jobs of that (cached) handle use it instead of starting the first plan again.
 _REPLANNED: dict[str, str] = {}
 
 
@@ -87,8 +83,7 @@ def _jobs_run_cfg(prompt: Optional[dict[str, Any]], node_id: Optional[str], mode
         values = (inputs["guidance"], inputs.get("guidance_2", -1.0))
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
             return True             # linked from another node: known only when the job runs
-        sent = request_for(model.family, prompt="-", guidance=values[0], guidance_2=values[1])
-        if cfg_runs(sent.guidance, sent.guidance_2):
+        if cfg_runs(*guidance_as_sent(model.family, *values)):     # no media needed (VACE, S2V)
             return True
     return False
 
@@ -161,7 +156,7 @@ def remote_choices() -> list[str]:
 
 def remote_identity(url: str, remote_name: str) -> str:
     """What a Remote Server node stands for: the configured URL of a named server, else the url
-    widget (IS_CHANGED: editing the config's URL for a name re-runs the node). Never raises."""
+    widget (fingerprint_inputs: editing the config's URL for a name re-runs the node). Never raises."""
     if remote_name and remote_name != USE_URL:
         try:
             server = load_local_config().remote_servers.get(remote_name)
@@ -206,12 +201,6 @@ def _remote_target(config: LocalConfig, url: str, remote_name: str) -> tuple[str
     return "", base, config.api_key_for(base)
 
 
-def _remote_key(handle: ServerHandle, config: LocalConfig) -> tuple[str, Optional[str]]:
-    name = handle.remote_name
-    _, base, key = _remote_target(config, handle.url, name or USE_URL)
-    return base, key
-
-
 # ----------------------------------------------------------------------------- one job
 def generate_video(handle: ServerHandle, *, image: Any = None, node_id: Optional[str] = None,
                    sampler: Optional[str] = None, interpolation: Optional[FrameInterpolation] = None,
@@ -235,7 +224,8 @@ def build_request(handle: ServerHandle, *, image: Any = None, sampler: Optional[
     """Generate Video's widgets as one checked VideoRequest for this handle (the plan's limit, the
     start image, the handle's per-request LoRA, sampler, interpolation) and the note for the Done
     line. Generate Batch builds its requests from this one too."""
-    widgets, note = _apply_limit(handle.limit, widgets)
+    # where the widgets ask for the model's size or frames and the plan fits less, the plan's
+    widgets, note = (widgets, "") if handle.limit is None else handle.limit.apply(widgets)
     png = image_to_png(comfy_bridge.image_to_uint8(image)) if image is not None else None
     request = request_for(handle.family, image_png=png, **widgets)
     if interpolation is not None and handle.kind == "remote":
@@ -254,23 +244,17 @@ def _idle_cfg_note(handle: ServerHandle, request: Any) -> str:
     return "" if sup is None else idle_cfg_warning(sup.spec, cfg_runs(request.guidance, request.guidance_2))
 
 
-def _apply_limit(limit: Optional[RequestLimit], widgets: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """Where the widgets ask for the model's size or frames and the plan fits less, use the plan's."""
-    return (widgets, "") if limit is None else limit.apply(widgets)
-
-
 def job_client(handle: ServerHandle, reporter: progress.NodeReporter,
                cfg: bool = True, jobs: int = 1) -> tuple[VideoClient, Any]:
-    """A client for the handle's server (a local one that no longer runs is started again, with
-    its launch on this node; `cfg`: whether the jobs run CFG, `jobs`: how many go at once, see
-    `_running_local`) and that server's supervisor (None: remote). The key comes from the registry or the local config,
-    never from the handle."""
+    """A client for the handle's server (a stopped local one started again, its launch on this node,
+    planned for `jobs` at once with or without `cfg`) and its supervisor (None: remote). The key comes
+    from the registry or the local config, never from the handle."""
     config = load_local_config()
     sup = _running_local(handle, config, reporter, cfg, jobs) if handle.kind == "local" else None
     if sup is not None:
         url, key, version = sup.url, sup.api_key, sup.server_version
     else:
-        (url, key), version = _remote_key(handle, config), handle.server_version
+        (_, url, key), version = _remote_target(config, handle.url, handle.remote_name), handle.server_version
     client = VideoClient(url, api_key=key, served_name=handle.served_name, server_version=version,
                          deadlines=Deadlines.from_config(config), clip_memory_gib=config.max_clip_memory_gib,
                          proxy=config.remote_proxy, log_hint=LOCAL_LOG_HINT if sup is not None else REMOTE_LOG_HINT)
@@ -278,33 +262,41 @@ def job_client(handle: ServerHandle, reporter: progress.NodeReporter,
 
 
 def _run(handle: ServerHandle, request: Any, reporter: progress.NodeReporter) -> GenerationResult:
-    client, sup = job_client(handle, reporter, cfg_runs(request.guidance, request.guidance_2))
-    url = client.base_url
-    units = progress.work_units(request.width, request.height, request.num_frames, request.steps)
+    def tracker(local: Any, run_floor: int, client: VideoClient) -> progress.JobProgress:
+        estimate = None if local is not None else LEARNED.get(client.base_url, job_kind(request)).run_s
+        return progress.JobProgress(reporter, request.steps, local, run_floor, estimate)
+
+    return run_jobs(handle, [request], reporter, "Submitting the job", tracker,
+                    lambda client, **poll: client.generate(request, **poll), GenerationCancelled,
+                    lambda cancelled, sup, run_floor: _explain_cancel(cancelled, sup, reporter, run_floor))
+
+
+def run_jobs(handle: ServerHandle, requests: list[Any], reporter: progress.NodeReporter, submitting: str,
+             tracker: Callable[..., Any], submit: Callable[..., Any], cancelled: type[Exception],
+             explain: Callable[[Any, Any, int], None]) -> Any:
+    """Both Generate nodes' job loop: `job_client`, `tracker(local_progress, run_floor, client)` for
+    the bar, `submit(client, on_update=, should_cancel=, due=)`; a `cancelled` is explained and ends
+    the node as interrupted. Only a supervised server gives `due` (the log's last denoise step); a
+    remote job's fast polls come from the client's record of earlier jobs (client/poll_window.py)."""
+    head = requests[0]              # the requests differ in prompt and seed only
+    client, sup = job_client(handle, reporter, cfg_runs(head.guidance, head.guidance_2), len(requests))
     last = sup.progress() if sup is not None else None
-    tracker = progress.JobProgress(
-        reporter, request.steps, local_progress=sup.progress if sup is not None else None,
-        run_floor=last.run_id if last is not None else -1,
-        remote_estimate_s=None if sup is not None else progress.estimate(url, handle.family_key, units))
+    bar = tracker(sup.progress if sup is not None else None, last.run_id if last is not None else -1, client)
 
     def on_update(update: Any) -> None:
         if sup is not None:
             sup.mark_job_activity()
-        tracker.on_update(update)
+        bar.on_update(update)
 
-    reporter.text("Submitting the job")
+    reporter.text(submitting)
     try:
         with client:
-            # The log's last denoise step is a hint only a supervised server gives; a remote job's
-            # fast polls come from the client's own record of earlier jobs (client/poll_window.py).
-            result = client.generate(request, on_update=on_update, should_cancel=reporter.cancel_requested,
-                                     due=tracker.due if sup is not None else None)
-    except GenerationCancelled as cancelled:
-        _explain_cancel(cancelled, sup, reporter, tracker.run_floor)
+            result = submit(client, on_update=on_update, should_cancel=reporter.cancel_requested,
+                            due=bar.due if sup is not None else None)
+    except cancelled as exc:
+        explain(exc, sup, bar.run_floor)
         _end_interrupted()
-    tracker.finish()
-    if sup is None:
-        progress.learn(url, handle.family_key, units, result.timings.get("running", 0.0))
+    bar.finish()
     return result
 
 
@@ -312,21 +304,29 @@ def _explain_cancel(cancelled: GenerationCancelled, sup: Any, reporter: progress
                     run_floor: int) -> None:
     unconfirmed = "" if cancelled.deleted else " (the server did not confirm the deletion)"
     if not cancelled.job_id or cancelled.status == "queued":
-        if sup is not None and cancelled.job_id:
-            sup.cancel_job(cancelled.job_id, queued=True)       # logged; nothing reached the GPU
+        cancel_note(sup, [cancelled.job_id] if cancelled.job_id else [], [], run_floor)
         reporter.text("Cancelled before the job reached the GPU" + unconfirmed)
     elif cancelled.status == "completed":
         reporter.text("Cancelled while downloading the finished video")
-    elif sup is not None:
-        # The supervisor weighs draining the denoise against a restart, and follows through in
-        # the background: the node ends now with the choice and its numbers.
-        decision = sup.cancel_job(cancelled.job_id, run_floor)
-        reporter.text(f"Cancelled and deleted{unconfirmed}. vLLM-Omni cannot stop a Wan denoise it has started. "
-                      f"{decision.text}")
     else:
-        reporter.text("Cancelled and deleted on the remote server" + unconfirmed + ". A Wan denoise it has "
-                      "started keeps that server's GPU busy until it ends (vLLM-Omni cannot abort it), so its "
-                      "next job waits for that")
+        where = "" if sup is not None else " on the remote server"
+        reporter.text(f"Cancelled and deleted{where}{unconfirmed}. "
+                      + cancel_note(sup, [], [cancelled.job_id], run_floor))
+
+
+def cancel_note(sup: Any, queued: list[str], running: list[str], run_floor: int) -> str:
+    """Hand deleted jobs to a local server's cancel policy (queued ones are logged; for the denoise
+    running, a batched wave counting once, it weighs draining against a restart and follows through
+    in the background) and say what the GPU does now. A remote server finishes what it started."""
+    if sup is not None:
+        for job in queued:
+            sup.cancel_job(job, queued=True)
+        if running:
+            return f"vLLM-Omni cannot stop a Wan denoise it has started. {sup.cancel_job(running[0], run_floor).text}"
+    elif running:
+        return ("A Wan denoise the remote server has started keeps its GPU busy until it ends (vLLM-Omni cannot "
+                "abort it), so its next job waits for that")
+    return ""
 
 
 def _end_interrupted() -> NoReturn:
@@ -335,7 +335,7 @@ def _end_interrupted() -> NoReturn:
 
 
 # ----------------------------------------------------------------------------- reports
-def server_report(handle: Optional[ServerHandle], node_id: Optional[str]) -> dict[str, Any]:
+def server_report(handle: Optional[ServerHandle], node_id: Optional[str]) -> tuple[str]:
     """Phase, GPUs, URL and last error of launcher-started servers (or of the one given)."""
     servers = registry.all_servers()
     if handle is not None and handle.kind == "local":
@@ -358,7 +358,7 @@ def server_report(handle: Optional[ServerHandle], node_id: Optional[str]) -> dic
     return show("\n".join(lines) or "No launcher-started server is running.", node_id)
 
 
-def stop_servers(handle: Optional[ServerHandle], stop_all: bool, node_id: Optional[str]) -> dict[str, Any]:
+def stop_servers(handle: Optional[ServerHandle], stop_all: bool, node_id: Optional[str]) -> tuple[str]:
     """Stop launcher-started servers: the one given, or all (never a process we did not start)."""
     if handle is not None and handle.kind == "remote" and not stop_all:
         report = f"{handle.url} is a remote server; the launcher only stops servers it started."
@@ -373,7 +373,7 @@ def stop_servers(handle: Optional[ServerHandle], stop_all: bool, node_id: Option
     return show(report, node_id)
 
 
-def doctor_report(model: Optional[ModelChoice], node_id: Optional[str]) -> dict[str, Any]:
+def doctor_report(model: Optional[ModelChoice], node_id: Optional[str]) -> tuple[str]:
     """The doctor's checks for this machine (and model), each problem with its fix."""
     with progress.reporting(node_id, "Checking GPUs, the server environment, disk and ports"):
         report = run_doctor(model.model if model is not None else None, config=load_local_config(),
@@ -381,9 +381,8 @@ def doctor_report(model: Optional[ModelChoice], node_id: Optional[str]) -> dict[
     return show(report.text(), node_id)
 
 
-def show(text: str, node_id: Optional[str]) -> dict[str, Any]:
-    """A report node's result: the text under the node (the front end's progress-text widget),
-    in the STRING output (wire it to Preview Any), and in the prompt's history (ui.text)."""
+def show(text: str, node_id: Optional[str]) -> tuple[str]:
+    """A report node's result: the text under the node (the front end's progress-text widget) and
+    as its STRING output (wire it to Preview Any; the node also puts it in the prompt's history)."""
     progress.NodeReporter(node_id).text(text)
-    return {"ui": {"text": [text]}, "result": (text,)}
-
+    return (text,)

@@ -12,10 +12,11 @@ from .doctor import run_doctor
 from .doctor_report import DoctorReport
 from .gpus import GpuInfo, hypothetical_gpus, parse_gpu_memory, query_gpus
 from .ladder import build_ladder, recommend
-from .memory import RequestShape, plan
+from .memory import plan
 from .memory_plan import MemoryPlan
 from .model_sizes import ModelSizes, model_sizes
 from .recommendation import Recommendation
+from .request_shape import RequestShape
 from .step_down import FAILURE_KINDS, step_down
 
 __all__ = ["CALIBRATION", "DoctorReport", "FAILURE_KINDS", "GpuInfo", "MemoryPlan", "ModelSizes", "Recommendation",

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..models import FAMILIES
-from ..server.flags import Version
-from ..server.hf_cache import has_snapshot
-from ..server.local_config import LocalConfig
-from ..server.spec import LaunchSpec
+from ..server.config.local_config import LocalConfig
+from ..server.launch.flags import Version
+from ..server.launch.hf_cache import has_snapshot
+from ..server.launch.spec import LaunchSpec
 from .ladder import recommend
 from .launch_plan import planning_version
 

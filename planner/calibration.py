@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..server.versions import DEFAULT_VERSION
+from ..server.launch.versions import DEFAULT_VERSION
 
 # Calibration. Each value: what it is, and what fixed it.
 CALIBRATION: dict[str, float] = {

@@ -20,9 +20,9 @@ from typing import Any, Callable, Optional, Sequence
 
 from ..errors import LauncherError
 from ..models import FAMILIES, WanFamily, family_for, find_local_models
-from ..server import hf_cache
-from ..server.local_config import LocalConfig, load_local_config
-from ..server.loras import STARTUP_SINCE, find_loras, serving_note
+from ..server.config.local_config import LocalConfig, load_local_config
+from ..server.launch import hf_cache
+from ..server.launch.loras import STARTUP_SINCE, find_loras, serving_note
 from .doctor_env import check_server_env, major_minor
 from .doctor_report import CLIENT_ONLY, GPU_BOX, GPUS_UNKNOWN, OK, PROBLEM, UNCHECKED, WARNING, Check, DoctorReport
 from .gpus import GIB, NONE_FOUND, GpuInfo, open_nvml, peer_status, processes_on_gpus, query_gpus
@@ -102,7 +102,7 @@ def _check_gpus(nvml: Any) -> tuple[list[Check], list[GpuInfo], list[dict[str, A
 def _check_loras(roots: Sequence[Path], version: Optional[tuple[int, int]]) -> Check:
     """The LoRAs under `roots` (each file and PEFT folder, by the name the LoRA node lists) and how
     the server environment's vLLM-Omni serves each: fused at startup, per request, or not, and why
-    (server/loras.py `serving_note`, the rule the launch itself follows)."""
+    (server/launch/loras.py `serving_note`, the rule the launch itself follows)."""
     found = find_loras(roots)
     missing = [str(r) for r in roots if not Path(r).is_dir()]
     absent = f" ({', '.join(missing)}: not a folder)" if missing else ""

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..errors import LauncherError
-from ..server.local_config import LocalConfig
-from ..server.server_env import SETUP_COMMAND, locate_server_program
-from ..server.versions import server_python
+from ..server.config.local_config import LocalConfig
+from ..server.config.server_env import SETUP_COMMAND, locate_server_program
+from ..server.launch.versions import server_python
 from .doctor_report import OK, PROBLEM, UNCHECKED, WARNING, Check
 
 # vllm major.minor -> the torch and diffusers it pins (docs/upstream-facts.md, "Version pins").

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Optional, Sequence
 
 from ..errors import SpecError
-from ..server.spec import parse_gpus
+from ..server.launch.spec import parse_gpus
 
 GIB = 1024 ** 3
 # More GPUs than one machine holds (the largest NVSwitch systems have 16 to 72): a count or a

@@ -15,6 +15,8 @@ The ladder, fastest first (every rung is a LaunchSpec that passes `spec.validate
 5. FP8 only when asked (`allow_fp8=True`), then last, with a warning: vLLM-Omni's feature
    table marks Wan2.2 quantization unsupported and its FP8 docs list no Wan model, so a
    quality loss would be silent. Memory is better bought with offload, which is exact.
+   With `speed` "fast" (Serving Config), the levers measured faster on the server's line
+   (speed_costs.fast_levers: FP8 on 0.30) join every rung and are ranked by cost instead.
 6. Nothing fits: the largest frame count, then the largest frame size, that the leanest
    rung fits.
 
@@ -43,14 +45,15 @@ from typing import Any, Optional, Sequence, Union
 
 from ..errors import LauncherError, SpecError
 from ..models import WanFamily
-from ..server.flags import Version
-from ..server.spec import LaunchSpec, MemoryConfig, ParallelConfig
+from ..server.launch.flags import Version
+from ..server.launch.spec import LaunchSpec, MemoryConfig, ParallelConfig
 from .gpus import GpuInfo, hypothetical_gpus, load_nvml, peer_status, query_gpus
-from .memory import RequestShape, plan
+from .memory import plan
 from .memory_plan import MemoryPlan
 from .model_sizes import ModelSizes, model_sizes
 from .recommendation import Recommendation, Rung
-from .speed_costs import cost_text, speed_cost
+from .request_shape import RequestShape
+from .speed_costs import FAST_NOT_CHOSEN, cost_text, fast_levers, speed_cost
 
 GpuArg = Union[None, Sequence[GpuInfo], Sequence[float]]
 
@@ -93,9 +96,10 @@ def _with(base: LaunchSpec, gpus: Optional[tuple[int, ...]], parallel: ParallelC
 
 def build_ladder(base: LaunchSpec, gpus: Sequence[GpuInfo], request: RequestShape, *,
                  p2p: Optional[bool] = None, allow_fp8: bool = False,
-                 server_version: Optional[Version] = None) -> tuple[list[Rung], list[str]]:
+                 server_version: Optional[Version] = None, speed: str = "exact") -> tuple[list[Rung], list[str]]:
     """Every rung for these GPUs, fastest first (by the speed costs of `server_version`'s line), and
-    notes on the order chosen."""
+    notes on the order chosen. `speed` "fast": the levers `fast_levers` names for that line (measured faster,
+    output not identical) join every rung and are ranked by cost with the rest, instead of FP8 coming last."""
     family = base.family
     notes: list[str] = []
     n = len(gpus)
@@ -158,6 +162,15 @@ def build_ladder(base: LaunchSpec, gpus: Sequence[GpuInfo], request: RequestShap
         "1 GPU + module offload", "text encoder and experts swapped over PCIe (seconds per request)")
     add(_with(base, one, ParallelConfig(), MemoryConfig(offload="layerwise", **keep_mem)),
         "1 GPU + layerwise offload", "DiT blocks streamed from host RAM behind the compute (single-card only)")
+    fast = dict(fast_levers(server_version)) if speed == "fast" else {}
+    if "fp8" in fast:
+        for r in list(rungs):
+            rungs.append(Rung(replace(r.spec, memory=replace(r.spec.memory, quantization="fp8")), r.label + " + FP8",
+                              r.speed + "; FP8 DiT weights", warnings=["speed fast: " + fast["fp8"]]))
+        notes.append(f"speed fast: {fast['fp8']}; {FAST_NOT_CHOSEN}")
+    elif speed == "fast":
+        notes.append("speed fast: no lever was measured faster on this vLLM-Omni line, so the plan is exact's; "
+                     + FAST_NOT_CHOSEN)
     costs = {id(r): speed_cost(r.spec, request.cfg, request, server_version=server_version) for r in rungs}
     rungs.sort(key=lambda r: costs[id(r)])   # stable: ties keep the order above
     for r in rungs:
@@ -173,14 +186,14 @@ def build_ladder(base: LaunchSpec, gpus: Sequence[GpuInfo], request: RequestShap
                 return 2
             return 3
         rungs.sort(key=order)   # stable: keeps the speed order inside each group
-    if allow_fp8:
+    if allow_fp8 and not fast:
         for r in list(rungs):
             if r.spec.memory.vae_tiling or r.spec.parallel.vae_patch > 1:
                 fp8 = replace(r.spec, memory=replace(r.spec.memory, quantization="fp8"))
                 rungs.append(Rung(fp8, r.label + " + FP8", r.speed + "; FP8 DiT weights (unvalidated for Wan2.2)",
                                   warnings=["FP8 is not validated for Wan2.2 upstream: compare against bf16"]))
         notes.append("FP8 rungs come last: vLLM-Omni marks Wan2.2 quantization unvalidated")
-    else:
+    elif not fast:
         notes.append("FP8 is skipped (upstream marks Wan2.2 quantization unvalidated); pass allow_fp8 / "
                      "--allow-fp8 to add it as the last resort")
     # drop invalid and duplicate rungs
@@ -266,7 +279,8 @@ def _smaller_sizes(family: WanFamily, request: RequestShape) -> list[tuple[int, 
 
 def recommend(model: Union[str, LaunchSpec], request: Optional[RequestShape] = None, gpus: GpuArg = None, *,
               p2p: Optional[bool] = None, allow_fp8: bool = False, host_available_gib: Optional[float] = -1.0,
-              nvml: Any = None, min_frames: int = 17, server_version: Optional[Version] = None) -> Recommendation:
+              nvml: Any = None, min_frames: int = 17, server_version: Optional[Version] = None,
+              speed: str = "exact") -> Recommendation:
     """The fastest configuration that fits `request` on `gpus`.
 
     model: an HF id / local folder, or a LaunchSpec whose non-memory settings (host, port,
@@ -275,6 +289,7 @@ def recommend(model: Union[str, LaunchSpec], request: Optional[RequestShape] = N
     p2p: whether the GPUs have peer-to-peer access (None: NVML when real, else unknown).
     server_version: the vLLM-Omni line that will serve (its memory and speed figures); None: the pinned
     default, and the recommendation says so.
+    speed: "exact" (the default) or "fast" (`build_ladder`: measured-faster levers whose output differs).
     """
     v = server_version
     base = model if isinstance(model, LaunchSpec) else LaunchSpec(model=model)
@@ -290,7 +305,8 @@ def recommend(model: Union[str, LaunchSpec], request: Optional[RequestShape] = N
         gpu_list = chosen
     p2p = p2p if p2p is not None else nvml_p2p
     sizes = model_sizes(base.model)
-    rungs, ladder_notes = build_ladder(base, gpu_list, asked, p2p=p2p, allow_fp8=allow_fp8, server_version=v)
+    rungs, ladder_notes = build_ladder(base, gpu_list, asked, p2p=p2p, allow_fp8=allow_fp8, server_version=v,
+                                       speed=speed)
     notes += ladder_notes
     rejected: list[Rung] = []
     geforce_no_p2p = len(gpu_list) == 2 and all(g.is_geforce for g in gpu_list) and p2p is not True

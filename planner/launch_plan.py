@@ -29,23 +29,24 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Literal, Optional
 
 from ..errors import LauncherError, SpecError
-from ..server import versions
-from ..server.flags import Version
-from ..server.local_config import LocalConfig
-from ..server.platform_check import require_local_server_platform
-from ..server.settings import like, setting
-from ..server.spec import (CacheBackend, LaunchSpec, MemoryConfig, OffloadMode, ParallelConfig, ParallelMode,
-                           RuntimeConfig)
-from .gpus import GpuScan, parse_gpu_memory, scan_gpus, select_gpus, visible_indices
+from ..server.config.local_config import LocalConfig
+from ..server.config.platform_check import require_local_server_platform
+from ..server.config.settings import like, setting
+from ..server.launch import versions
+from ..server.launch.flags import Version
+from ..server.launch.spec import (CacheBackend, LaunchSpec, MemoryConfig, OffloadMode, ParallelConfig, ParallelMode,
+                                  RuntimeConfig)
 from . import replica_plan
+from .gpus import GpuScan, parse_gpu_memory, scan_gpus, select_gpus, visible_indices
 from .ladder import recommend
-from .memory import RequestShape
+from .request_shape import RequestShape
 from .speed_costs import idle_cfg_warning
 from .step_down import step_down
 
 Fallback = Callable[[LaunchSpec, str], Optional[tuple[LaunchSpec, str]]]
 GPU_MEMORY_ENV = "VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB"   # for machines where NVML cannot see the GPUs
 AutoParallelMode = Literal["auto", ParallelMode]       # "auto": the memory planner decides
+Speed = Literal["exact", "fast"]                       # what `auto` may trade for speed (speed_costs.fast_levers)
 
 
 @dataclass(frozen=True)
@@ -106,16 +107,21 @@ class ServingChoice:
                                "auto, lets the planner use it, last")
     vae_tiling: bool = like(MemoryConfig, "vae_tiling")
     cache_backend: CacheBackend = like(RuntimeConfig, "cache_backend")
-    compile: bool = setting(True, "torch.compile (upstream's default): the server starts slower for slightly "
-                                  "faster steps. Measured on one H200: TI2V-5B at 1280x704x121 was ready in about "
-                                  "127 s compiled against 40 s eager, with no measurable gain per step; T2V-A14B at "
-                                  "832x480x81 was ready 24 s later and 0.3 s faster per step, which pays back after "
-                                  "about 80 steps. Off = enforce_eager")
+    compile: bool = setting(True, "torch.compile (upstream's default, regional): the server starts slower for "
+                                  "faster steps. Measured on one H200, TI2V-5B at 1280x704x121: vLLM-Omni 0.30 was "
+                                  "ready about 13 s later (37 s against 22-26 s eager) and 5.6% faster per step "
+                                  "(1.66 against 1.76 s), which pays back after about 130 steps; 0.26 was ready in "
+                                  "about 127 s compiled against 40 s eager with no measurable gain, and T2V-A14B at "
+                                  "832x480x81 ready 24 s later and 0.3 s faster per step. Off = enforce_eager")
     keep_alive_minutes: int = setting(0, "stop the server after this many idle minutes to free the GPUs "
                                          "(0 = keep it running); the next job starts it again", min=0, max=1440)
     auto_fallback: bool = setting(True, "on out-of-memory, step down to a leaner configuration and retry by itself")
     replicas: int = like(LaunchSpec, "replicas", note="with auto, the planner plans one copy on gpus / replicas "
                          "GPUs; the GPUs themselves are what the gpus widget and this machine allow", appended=True)
+    speed: Speed = setting("exact", "with auto: exact = only levers that keep the output (offload, tiling, "
+                           "parallel modes); fast = also the levers measured faster on this server line whose "
+                           "output differs (vLLM-Omni 0.30 on an H200: FP8 DiT weights, 8% per step and 4.3 GiB "
+                           "less); the plan text says what it used. Ignored without auto", appended=True)
 
     def base_spec(self, model: str, config: LocalConfig) -> LaunchSpec:
         """The explicit settings as a spec (for `auto`, the planner's starting point)."""
@@ -135,7 +141,8 @@ class ServingChoice:
         `cfg`: whether the jobs run CFG)."""
         return resolve_launch(self.base_spec(model, config), config, gpus=self.gpus,
                               auto=self.parallel_mode == "auto", allow_fp8=self.fp8,
-                              auto_fallback=self.auto_fallback, queued_jobs=queued_jobs, cfg=cfg)
+                              auto_fallback=self.auto_fallback, queued_jobs=queued_jobs, cfg=cfg,
+                              speed=self.speed)
 
 
 def gpu_memory() -> tuple[list[int], list[float], str]:
@@ -196,7 +203,7 @@ def planning_version(config: LocalConfig) -> tuple[Optional[Version], str]:
 def resolve_launch(base: LaunchSpec, config: LocalConfig, *, gpus: str = "all", auto: bool = False,
                    allow_fp8: bool = False, auto_fallback: bool = False,
                    server_version: Optional[Version] = None, queued_jobs: int = 1, cfg: bool = True,
-                   starts: bool = True) -> LaunchPlan:
+                   starts: bool = True, speed: str = "exact") -> LaunchPlan:
     """The validated spec for these choices, planned when `auto`.
 
     base: the explicit settings (with `auto`, only its runtime, network and extra flags are kept).
@@ -210,6 +217,8 @@ def resolve_launch(base: LaunchSpec, config: LocalConfig, *, gpus: str = "all", 
     would idle a GPU) and an explicit CFG-parallel choice gets a warning naming the better one.
     starts: False for `argv`, which only prints the command (for another machine, say): the
     GPUs of this one are then not required.
+    speed: "exact" or "fast": with `auto`, whether the planner may also use the levers measured faster
+    on this line whose output differs (planner/ladder.py `build_ladder`, speed_costs.fast_levers).
     """
     visible, sizes, source, scan = _machine_gpus()
     base = replace(base, gpus=select_gpus(gpus, visible))
@@ -226,7 +235,7 @@ def resolve_launch(base: LaunchSpec, config: LocalConfig, *, gpus: str = "all", 
         planner = replica_plan.recommend_for if base.replicas > 1 else recommend   # per replica, or one
         rec = planner(base, request=replace(RequestShape.default_for(base.family), cfg=cfg),
                       gpus=chosen if os.environ.get(GPU_MEMORY_ENV) else None, allow_fp8=allow_fp8,
-                      server_version=version)
+                      server_version=version, speed=speed)
         if rec.spec is None:
             raise LauncherError("No serving configuration fits these GPUs", rec.reason,
                                 "use a smaller model (TI2V-5B), fewer frames or a smaller size, or more GPUs",

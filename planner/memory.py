@@ -37,45 +37,15 @@ are GiB in practice.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import Any, Optional, Sequence, Union
 
 from ..models import WanFamily
-from ..server.spec import LaunchSpec
+from ..server.launch.spec import LaunchSpec
 from .calibration import TILE_PX, calibration_for
 from .gpus import GpuInfo, hypothetical_gpus, query_gpus
 from .memory_plan import GpuPlan, MemoryPlan, MemoryTerm
 from .model_sizes import BF16, GIB, ModelSizes, model_sizes
-
-
-@dataclass(frozen=True)
-class RequestShape:
-    """One request: frame size, frame count, CFG on/off and batch (requests run together)."""
-
-    width: int
-    height: int
-    frames: int
-    cfg: bool = True
-    batch: int = 1
-
-    @classmethod
-    def default_for(cls, family: WanFamily) -> "RequestShape":
-        return cls(family.width, family.height, family.frames)
-
-    def latent(self, family: WanFamily) -> tuple[int, int, int]:
-        return ((self.frames - 1) // 4 + 1, self.height // family.vae_spatial, self.width // family.vae_spatial)
-
-    def tokens(self, family: WanFamily) -> int:
-        """Sequence length after the 1x2x2 patch embedding."""
-        lat_f, lat_h, lat_w = self.latent(family)
-        return lat_f * (lat_h // 2) * (lat_w // 2)
-
-    def label(self) -> str:
-        return f"{self.width}x{self.height}x{self.frames}" + ("" if self.cfg else " no-CFG") + \
-            (f" batch {self.batch}" if self.batch > 1 else "")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+from .request_shape import RequestShape
 
 
 # --------------------------------------------------------------------------------------
@@ -114,7 +84,7 @@ def plan(spec: LaunchSpec, request: Optional[RequestShape] = None, gpus: GpuArg 
 
     gpus: None (ask NVML), a list of GpuInfo, or a list of sizes in GiB (hypothetical cards).
     host_available_gib: -1 asks psutil when offload is on; None means unknown.
-    lora_adapter_gib: the per-request PEFT adapter's GPU copy (server/loras.py: adapter_gpu_gib);
+    lora_adapter_gib: the per-request PEFT adapter's GPU copy (server/launch/loras.py: adapter_gpu_gib);
     fused LoRAs come from `spec.lora`.
     server_version: the vLLM-Omni line the server runs ((0, 26), (0, 30)); None: the pinned default.
     """
@@ -232,7 +202,7 @@ def _rank_plan(spec: LaunchSpec, req: RequestShape, sizes: ModelSizes, family: W
     terms.append(MemoryTerm("DiT activations", act, "denoise",
                             f"{tok_rank:,} tokens on this rank x {units:.1f} hidden vectors{split}"))
     denoise = act
-    if family.key == "ti2v_5b":
+    if family.key in ("ti2v_5b", "fastwan_ti2v_5b"):      # both expand_timesteps (TI2V-5B's DiT)
         temb = tok_rank * hidden_bytes * cal["temb_units_ti2v"] * req.batch / GIB
         terms.append(MemoryTerm("per-token timestep modulation", temb, "denoise",
                                 "TI2V-5B expand_timesteps: 6 x hidden fp32 per token"))
@@ -279,9 +249,11 @@ def _rank_plan(spec: LaunchSpec, req: RequestShape, sizes: ModelSizes, family: W
               "decode": resident + decode_total}
     if lora_load:
         phases["load"] = resident + lora_load
-    if family.image_input == "required":
+    if family.image_input == "required" or family.pipeline == "vace":
         enc, enc_note = _vae_encode_gib(req, sizes, spec, cal)
-        terms.append(MemoryTerm("VAE encode (I2V condition)", enc, "encode", enc_note))
+        what = {"vace": "VACE context: control video or blank", "s2v": "S2V reference and motion frames"}
+        terms.append(MemoryTerm(f"VAE encode ({what.get(family.pipeline, 'I2V condition')})", enc, "encode",
+                                enc_note))
         phases["encode"] = resident + enc + (te if m.offload == "module" else 0.0)
     peak_phase = max((k for k in phases if k != "resident"), key=lambda k: phases[k])
     torch_peak = phases[peak_phase]
@@ -376,6 +348,10 @@ def _host_ram(spec: LaunchSpec, sizes: ModelSizes, available: Optional[float], c
 
 
 def _general_notes(spec: LaunchSpec, req: RequestShape, family: WanFamily, notes: list[str]) -> None:
+    if not family.memory_calibrated:
+        notes.append(f"UNCALIBRATED: the {family.label} estimate comes from the model's shape and the Wan2.2 "
+                     "coefficients, not from a GPU run of this model (docs/wan-pipelines.md, section 7); "
+                     "leave extra headroom")
     if spec.memory.vae_slicing and req.batch <= 1:
         notes.append("--vae-use-slicing splits only a batch; at batch 1 it saves nothing")
     if spec.memory.quantization == "fp8":

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
-from ..server.spec import LaunchSpec
+from ..server.launch.spec import LaunchSpec
 from .calibration import calibration_label
 from .gpus import GpuInfo
 from .model_sizes import ModelSizes
-
-if TYPE_CHECKING:   # memory.py imports this module; the request type is only named here
-    from .memory import RequestShape
+from .request_shape import RequestShape
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,12 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..server.flags import Version
-from ..server.spec import LaunchSpec
+from ..server.launch.flags import Version
+from ..server.launch.spec import LaunchSpec
 from .calibration import calibration_label
 from .gpus import GpuInfo
-from .memory import RequestShape
 from .memory_plan import MemoryPlan
+from .request_shape import RequestShape
 
 
 @dataclass

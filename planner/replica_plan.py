@@ -1,7 +1,7 @@
 """Replicas in the planner: one memory plan per replica, `auto` for N copies, and when to suggest them.
 
 A server with `replicas` N runs N copies of one parallel layout, each on its own GPUs
-(server/replicas.py). Memory is per copy: every replica must fit the GPUs it gets, so the
+(server/launch/replicas.py). Memory is per copy: every replica must fit the GPUs it gets, so the
 plan is made per replica, on that replica's GPUs (a mixed machine can fit one copy and not
 the other). With `auto`, the planner picks the layout for one copy on gpus / N GPUs (the
 tightest share) and the copies are laid side by side; the user's N is never changed.
@@ -21,13 +21,14 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional, Sequence
 
 from ..errors import LauncherError, SpecError
-from ..server.flags import Version
-from ..server.spec import LaunchSpec
+from ..server.launch.flags import Version
+from ..server.launch.spec import LaunchSpec
 from .gpus import GpuInfo, hypothetical_gpus, query_gpus
 from .ladder import GpuArg, recommend
-from .memory import RequestShape, plan
+from .memory import plan
 from .memory_plan import MemoryPlan
 from .recommendation import Recommendation
+from .request_shape import RequestShape
 
 
 def groups(ids: Sequence[int], replicas: int, per_replica: int) -> list[tuple[int, ...]]:

@@ -1,11 +1,12 @@
 """Expected engine time of a configuration relative to one GPU without offload: what orders the ladder.
 
 `build_ladder` (planner/ladder.py) sorts its rungs (stably) by `speed_cost`, so "fastest that
-fits" follows measured costs rather than a fixed order. Per vLLM-Omni line: 0.30's costs are
-seconds in parts (`JobTimes`: denoise per step, text encode, VAE decode untiled or tiled), so
-they depend on the request's size and step count; 0.26's are the fixed factors of `SPEED_COSTS`.
-The numbers, and the runs they come from, are beside each; `cost_text` is how a rung's speed
-note says it.
+fits" follows measured costs rather than a fixed order. `fast_levers` names the levers that change
+the output (FP8) but were measured faster, which Serving Config's `speed` fast lets the ladder use.
+Per vLLM-Omni line: 0.30's costs are seconds in parts (`JobTimes`: denoise per step, text encode,
+VAE decode untiled or tiled, the FP8 and compile factors), so they depend on the request's size
+and step count; 0.26's are the fixed factors of `SPEED_COSTS`. The numbers, and the runs they
+come from, are beside each; `cost_text` is how a rung's speed note says it.
 
 CFG parallel splits the two CFG branches over two GPUs, so its speed depends on the guidance
 the jobs run: `cfg_runs` is the one place that decides whether a job runs CFG, and the
@@ -17,10 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Optional
 
-from ..server.flags import Version
-from ..server.spec import LaunchSpec, MemoryConfig, ParallelConfig
+from ..server.launch.flags import Version
+from ..server.launch.spec import LaunchSpec, MemoryConfig, ParallelConfig
 from .calibration import calibrated_line
-from .memory import RequestShape
+from .request_shape import RequestShape
 
 # vLLM-Omni 0.26: expected engine time of one job, relative to one GPU without offload or tiling (lower is faster).
 # Measured with the real vLLM-Omni 0.26 server on H200s (bench/results/h200-comfyui-e2e-vllm-omni-0.26/
@@ -59,6 +60,14 @@ class JobTimes:
     # slower bus costs more)
     offload_job_s: tuple[tuple[str, float], ...] = (("none", 0.0), ("layerwise", 0.4), ("module", 0.6))
     no_cfg_step: float = 0.5               # one branch per step instead of two
+    # The speed levers, per step against eager bf16 (bench/results/h200-levers-vllm-omni-0.30/: TI2V-5B
+    # 1280x704x121, 20 steps, one H200): FP8 DiT weights (online per-tensor, CUTLASS) 1.619 s against 1.763
+    # (and 4.3 GiB less at peak); torch.compile (upstream's regional compile) 1.664; both 1.479 (0.839,
+    # a little better than the product). cache-dit skipped no step on random weights (1.767): no measured
+    # gain, so it stays 1.0 and `speed` fast does not pick it. The attention backends the kit has are all
+    # slower than the default FLASH_ATTN (cuDNN 2.00, SDPA 2.52 s/step): the default stays.
+    fp8_step: float = 0.918
+    compile_step: float = 0.944
 
     def parts(self, spec: LaunchSpec, request: RequestShape, steps: int, cfg: bool) -> tuple[float, float]:
         """(denoise seconds on one GPU, the rest: text encode + VAE decode) of one job with `spec`'s memory
@@ -66,6 +75,8 @@ class JobTimes:
         tokens = request.tokens(spec.family)
         step = (self.step_s_per_token * tokens + self.step_s_per_token2 * tokens ** 2) * (1.0 if cfg else self.no_cfg_step)
         step *= dict(self.offload_step)[spec.memory.offload]
+        step *= (self.fp8_step if spec.memory.quantization == "fp8" else 1.0) * \
+            (1.0 if spec.runtime.enforce_eager else self.compile_step)
         mpx_frames = request.width * request.height * request.frames * request.batch / 1e6
         patch = spec.parallel.vae_patch if spec.parallel.world_size > 1 else 1
         tiled = spec.memory.vae_tiling or patch > 1
@@ -75,6 +86,22 @@ class JobTimes:
 
 
 JOB_TIMES_0_30 = JobTimes()
+
+
+# What `speed` fast may add to a configuration (Serving Config / `--speed fast`), per vLLM-Omni line: only the
+# levers MEASURED faster on that line, each with the sentence the plan says about it. The output differs from
+# `exact` (FP8 rounds the DiT weights); cache-dit is not among them until a run with real weights shows a gain.
+FAST_LEVERS: dict[Version, tuple[tuple[str, str], ...]] = {
+    (0, 30): (("fp8", "FP8 DiT weights (measured 8% faster per step and 4.3 GiB less on an H200, vLLM-Omni "
+                      "0.30; the frames differ from bf16's and upstream has not validated Wan2.2 quantization)"),),
+}
+FAST_NOT_CHOSEN = ("cache-dit is not chosen: it skipped no step in the measured run (random weights), so its "
+                   "gain is unknown")
+
+
+def fast_levers(server_version: Optional[Version] = None) -> tuple[tuple[str, str], ...]:
+    """The levers `speed` fast uses on `server_version`'s line (the pinned default when None): (name, why)."""
+    return FAST_LEVERS.get(calibrated_line(server_version), ())
 
 
 def cfg_runs(guidance: Optional[float], guidance_2: Optional[float] = None) -> bool:

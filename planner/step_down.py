@@ -11,13 +11,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional, Sequence
 
-from ..server.flags import Version
-from ..server.spec import LaunchSpec, ParallelConfig
+from ..server.launch.flags import Version
+from ..server.launch.spec import LaunchSpec, ParallelConfig
 from .gpus import hypothetical_gpus
 from .ladder import build_ladder, evaluate_rung
-from .memory import RequestShape, plan
+from .memory import plan
 from .model_sizes import model_sizes
 from .recommendation import Rung
+from .request_shape import RequestShape
 
 FAILURE_KINDS = ("oom", "oom_load", "oom_denoise", "oom_decode", "oom_encode", "comm")
 # A leaner rung must lower the failing peak by at least this much to be worth a relaunch: the

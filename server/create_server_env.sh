@@ -6,7 +6,7 @@
 #
 # usage: server/create_server_env.sh [PATH] [--python PYTHON] [--version X.Y.Z]
 #   PATH      where to create the venv (default: ${XDG_DATA_HOME:-~/.local/share}/vllm-omni-launcher/server-env,
-#             the launcher's default server env: server/server_env.py uses the same rule)
+#             the launcher's default server env: server/config/server_env.py uses the same rule)
 #   --python  interpreter for the venv (default: python3.12 if present, else python3)
 #   --version vLLM / vLLM-Omni version; both get the same one (default 0.30.0).
 #             Their major.minor must match: a mismatch only warns upstream, then misbehaves.

@@ -21,15 +21,20 @@ import signal
 import threading
 from typing import Any, Callable, Optional
 
-from . import adoption, cancel_wait, lora_files, timeouts
-from .failures import LaunchCancelled, ServerFailure
-from .local_config import LocalConfig, load_local_config
-from .spec import LaunchSpec
-from .status import Status, StatusCallback
-from .supervisor import Fallback, Supervisor
+from .config.local_config import LocalConfig, load_local_config
+from .launch import lora_files
+from .launch.spec import LaunchSpec
+from .logs.failures import LaunchCancelled, ServerFailure
+from .process import cancel_wait, timeouts
+from .process.process_group import group_members
+from .supervision import adoption
+from .supervision.multi_host import HeadRole, JoinRole, ServerRole
+from .supervision.status import Status, StatusCallback
+from .supervision.supervisor import Fallback, Supervisor
 
-__all__ = ["Supervisor", "Status", "LaunchCancelled", "ServerFailure", "all_servers", "find", "get_or_start",
-           "stop", "stop_all", "install_exit_handlers", "gpus_overlap"]
+__all__ = ["Supervisor", "Status", "LaunchCancelled", "ServerFailure", "ServerRole", "HeadRole", "JoinRole",
+           "group_members", "all_servers", "find", "get_or_start", "stop", "stop_all", "install_exit_handlers",
+           "gpus_overlap"]
 
 _servers: list[Supervisor] = []
 _table_lock = threading.Lock()         # short: list edits and lookups

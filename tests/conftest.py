@@ -1,22 +1,37 @@
 """Shared test setup: helper modules on sys.path, no test touches the user's config or data,
-the ``server_env_python`` fixture for tests outside ``tests/contract`` that need vLLM, and
-the xdist scheduling that keeps tests sharing a server process in one worker and sends the
-longest first (``xdist_groups.py``; tests/run.sh runs ``-n 2 --dist loadgroup``)."""
+the fixtures several test files use (``server_env_python`` for tests outside ``tests/contract``
+that need vLLM, ``hostile`` servers of our own, one ``noisy_mp4`` clip), and the xdist
+scheduling that keeps tests sharing a server process in one worker and sends the longest first
+(``xdist_groups.py``; tests/run.sh runs ``-n 2 --dist loadgroup``).
+
+Helpers shared by several test files live in ``tests/helpers/`` (and the stub's own modules in
+``tests/contract/``), never in a test file: a test module imports no other test module."""
 from __future__ import annotations
 
 import os
 import sys
 from pathlib import Path
+from typing import Callable, Iterator
 
 import pytest
 
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS / "contract"))  # frame_code, stubserver
+sys.path.insert(0, str(TESTS / "helpers"))   # clips, hostile_server, hostile_jobs, processes, ...
 
+import hostile_server  # noqa: E402
 import stubserver  # noqa: E402
 import xdist_groups  # noqa: E402
 
-from vllm_omni_launcher.server import local_config  # noqa: E402
+from vllm_omni_launcher.planner.launch_plan import GPU_MEMORY_ENV  # noqa: E402
+from vllm_omni_launcher.server.config import local_config  # noqa: E402
+
+# Settings a developer may have exported change what the planner sees (GPU sizes) or where the
+# launcher binds and what it runs: dropped once, when the session starts, so a test (or a
+# module-scoped fixture that sets them for its module's tests) that wants one sets it itself.
+for _key in (GPU_MEMORY_ENV, *(f"VLLM_OMNI_LAUNCHER_{name}" for name in ("PORT", "HOST", "SERVER_CMD",
+                                                                         "SERVER_ENV"))):
+    os.environ.pop(_key, None)
 
 SERVER_ENV_MISSING = (
     f"needs the server environment (vllm + vllm-omni): {stubserver.ENV_VAR} is not set; "
@@ -56,6 +71,33 @@ def _isolated_launcher_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatc
     # CUDA builds that fail on a machine without CUDA (tests/contract/upstream.py explains it
     # and sets it for the stub and the resolver, whose environment the launcher filters).
     monkeypatch.setenv("HUMMING_DISABLE_PARALLEL_BUILD", "1")
+
+
+@pytest.fixture
+def hostile() -> Iterator[Callable[[dict], hostile_server.HostileServer]]:
+    """Start hostile servers of our own (hostile_server.py) from their routes; closed after the test."""
+    servers: list[hostile_server.HostileServer] = []
+
+    def start(routes: dict) -> hostile_server.HostileServer:
+        servers.append(hostile_server.HostileServer(routes))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def noisy_mp4() -> bytes:
+    """clips.noisy_clip(): its index after the data, as upstream writes it, and large enough that a
+    streamed download fetches its tail."""
+    import clips                                           # PyAV: only for the tests that use it
+    from vllm_omni_launcher.client import streamed_download
+
+    data = clips.noisy_clip()
+    assert data.index(b"mdat") < data.index(b"moov")
+    assert len(data) >= streamed_download.TAIL_MIN_BYTES
+    return data
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -49,6 +49,14 @@ precompile() {
 }
 precompile "$root/.venv-server"
 
+# The 0.26 line's vLLM-Omni wheel, downloaded once and never installed: the stub's copies of
+# upstream log lines are checked inside it (tests/contract/upstream_lines.py reads the zip) as
+# well as in the installed 0.30, so a line either supported version no longer logs fails.
+wheels="$root/.pytest_cache/upstream-wheels"
+if [ ! -f "$wheels/vllm_omni-0.26.0-py3-none-any.whl" ]; then
+  .venv/bin/python -m pip download -q --no-deps -d "$wheels" "vllm-omni==0.26.0"
+fi
+
 export VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON="$root/.venv-server/bin/python"
 # Tests must never touch the user's real launcher config or data.
 export VLLM_OMNI_LAUNCHER_CONFIG="$root/.pytest_cache/no-config.json"
@@ -59,7 +67,9 @@ set +e
 # (xdist groups, tests/contract/conftest.py); every worker has its own temp and data dirs.
 # VLLM_OMNI_LAUNCHER_TEST_WORKERS=0 runs everything in this process, one test at a time.
 # --durations: the slowest tests at the end of every log, so CI shows where the time goes.
-.venv/bin/python -m pytest -q -p no:cacheprovider -n "${VLLM_OMNI_LAUNCHER_TEST_WORKERS:-2}" --dist loadgroup \
+# -rs: the reason of every skip in the summary (the real-ComfyUI tier skips without COMFYUI_DIR),
+# so a skipped tier is visible in the CI log, never silent.
+.venv/bin/python -m pytest -q -rs -p no:cacheprovider -n "${VLLM_OMNI_LAUNCHER_TEST_WORKERS:-2}" --dist loadgroup \
   --durations=15 "${@:-tests}"
 rc=$?
 set -e

@@ -58,6 +58,8 @@ KNOWN_COST_S: dict[str, float] = {
     _SUP + "test_serve_cli_notifies_systemd_and_its_sigterm_stop_leaves_nothing_to_kill": 40,
     _C + "test_replicas_supervised.py::test_a_dead_replica_restarts_the_server_and_stop_leaves_nothing": 120,
     _C + "test_join_head.py": 670,
+    _C + "test_generate_pipelines_cli.py::test_vace_follows_a_control_video_file_and_returns_its_frames": 35,
+    _C + "test_generate_pipelines_cli.py::test_speech_to_video_animates_an_image_to_a_wav_file": 35,
     _C + "test_nodes_stub.py::test_cancel_deletes_the_job_and_restarts_a_server_still_busy": 60,
     _C + "test_nodes_stub.py::test_auto_serving_falls_back_down_the_planner_ladder_on_oom": 80,
     _C + "test_nodes_stub.py::test_auto_fallback_off_stops_with_the_plan_and_the_fix": 40,

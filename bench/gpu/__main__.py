@@ -7,7 +7,16 @@
              in one ComfyUI, same request, per-side timings, NVML peak, host RAM
   calibrate  (server venv python) issue 25: memory + speed per offload/tiling config and shape through our
              Supervisor and client, NVML peak per job; --caps runs jobs under the allocator cap
+  levers     (server venv python) issue 26 section 3: our speed levers (compile, cache-dit, FP8, attention
+             backends), one server each, PSNR drift vs eager; --cli-jobs: the CLI generate path (issue 25)
   report     (any python) the markdown tables of a results folder
+
+The earlier phases are the scripts beside this package in bench/, reached from here by name with their own
+options (`python -m bench.gpu e2e --help`); they share bench/gpu/common.py with the phases above:
+  e2e (gpu_e2e.py), comfyui-e2e (gpu_comfyui_e2e.py), a14b (gpu_a14b.py), join (gpu_join.py),
+  replicas (gpu_replicas.py), lora-check (lora_gpu_check.py), overhead (overhead_bench.py),
+  throughput (throughput_bench.py), decode (decode_bench.py), detect-stub (detect_bench.py),
+  no-gpu (no_gpu_bench.py)
 """
 from __future__ import annotations
 
@@ -44,7 +53,29 @@ def _detect(a: argparse.Namespace) -> int:
     return 0 if result["ok"] else 1
 
 
+SCRIPTS = {"e2e": "gpu_e2e.py", "comfyui-e2e": "gpu_comfyui_e2e.py", "a14b": "gpu_a14b.py", "join": "gpu_join.py",
+           "replicas": "gpu_replicas.py", "lora-check": "lora_gpu_check.py", "overhead": "overhead_bench.py",
+           "throughput": "throughput_bench.py", "decode": "decode_bench.py", "detect-stub": "detect_bench.py",
+           "no-gpu": "no_gpu_bench.py"}
+
+
+def _script(name: str, args: list[str]) -> int:
+    """Run one of the bench/ scripts as its own `__main__`, with the options after its name."""
+    import runpy
+
+    path = Path(__file__).resolve().parents[1] / SCRIPTS[name]
+    sys.argv = [str(path), *args]
+    try:
+        runpy.run_path(str(path), run_name="__main__")
+    except SystemExit as done:
+        return done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in SCRIPTS:      # everything after the name is the script's own
+        return _script(argv[0], argv[1:])
     p = argparse.ArgumentParser(prog="python -m bench.gpu", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="phase", required=True)
     m = sub.add_parser("manifest", help="tensor manifests from the upstream classes (CPU)")
@@ -65,11 +96,14 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--cpu", action="store_true")
     d.add_argument("--out")
     d.set_defaults(fn=_detect)
-    from . import calibrate, native, report   # their own options
+    from . import calibrate, levers, native, report   # their own options
 
     native.add_parser(sub)
+    levers.add_parser(sub)
     calibrate.add_parser(sub)
     report.add_parser(sub)
+    for name, script in SCRIPTS.items():
+        sub.add_parser(name, help=f"bench/{script} (its own options follow)", add_help=False)
     a = p.parse_args(argv)
     return a.fn(a)
 

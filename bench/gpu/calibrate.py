@@ -17,12 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any, Optional
 
-from .common import REPO, Deadline, legacy, machine, mp4_encode_s, save_json, stage_timings
+from .common import (Deadline, Gpu, gpu_processes, import_package, machine, mp4_encode_s, save_json,
+                     server_command, server_extra_env, stage_timings)
 
 CONFIGS = {"none": ("none", False), "tiling": ("none", True), "layerwise": ("layerwise", False),
            "layerwise_tiling": ("layerwise", True), "module": ("module", False), "module_tiling": ("module", True)}
@@ -59,13 +59,8 @@ class Calibration:
         self.a = a
         self.deadline = Deadline(a.deadline_s)
         self.out = Path(a.out)
-        self.lg = legacy()
-        sys.path.insert(0, str(REPO / "bench"))
-        import gpu_e2e
-
-        self.e2e = gpu_e2e
-        gpu_e2e._import_package()
-        self.gpu = self.lg.Gpu(not a.cpu)
+        import_package()
+        self.gpu = Gpu(not a.cpu)
         self.cap_file = Path(a.data_dir) / "memcap-gib"
         self.cap_file.parent.mkdir(parents=True, exist_ok=True)
         self.cap_file.write_text("0")
@@ -130,16 +125,16 @@ class Calibration:
 
     def config(self, name: str, shapes: list[tuple[int, int, int]], caps: list) -> dict:
         from vllm_omni_launcher.client.api import VideoClient
-        from vllm_omni_launcher.server.local_config import LocalConfig
-        from vllm_omni_launcher.server.spec import LaunchSpec, MemoryConfig, RuntimeConfig
-        from vllm_omni_launcher.server.supervisor import Supervisor
+        from vllm_omni_launcher.server.config.local_config import LocalConfig
+        from vllm_omni_launcher.server.launch.spec import LaunchSpec, MemoryConfig, RuntimeConfig
+        from vllm_omni_launcher.server.supervision.supervisor import Supervisor
 
         offload, tiling = CONFIGS[name]
         spec = LaunchSpec(self.a.model, gpus=(0,), memory=MemoryConfig(offload=offload, vae_tiling=tiling),
                           runtime=RuntimeConfig(enforce_eager=True))
         spec.validate()
-        env = dict(self.e2e.server_extra_env(), VOL_MEMCAP_FILE=str(self.cap_file))
-        config = LocalConfig(server_command=tuple(self.e2e.server_command(self.a.server_cmd)),
+        env = dict(server_extra_env(), VOL_MEMCAP_FILE=str(self.cap_file))
+        config = LocalConfig(server_command=tuple(server_command(self.a.server_cmd)),
                              data_dir=self.a.data_dir, extra_env=env, startup_timeout_s=600,
                              **({"gpu_lock_dir": self.a.gpu_lock_dir} if self.a.gpu_lock_dir else {}))
         entry: dict[str, Any] = {"config": name, "offload": offload, "vae_tiling": tiling, "flags": spec.flags(),
@@ -175,7 +170,7 @@ class Calibration:
             sup.stop()
             entry["stop_s"] = round(time.monotonic() - t_stop, 2)
             self.set_cap(0)
-            entry["gpu_processes_after_stop"] = self.e2e.gpu_processes()
+            entry["gpu_processes_after_stop"] = gpu_processes()
             if sup.log_path and self.a.logs:
                 Path(self.a.logs).mkdir(parents=True, exist_ok=True)
                 shutil.copy2(sup.log_path, Path(self.a.logs) / f"{name}.log")

@@ -1,13 +1,18 @@
-"""What every GPU phase shares: the deadline, host-RAM sampling, the server log's timing lines, JSON out.
+"""What every GPU bench phase shares (`python -m bench.gpu ...` and the scripts beside it in bench/): the
+package the bench drives (this checkout or a pinned copy), the server command and environment, NVML
+sampling, the deadline, host-RAM sampling, the server log's timing lines, JSON out.
 
-NVML sampling and the ComfyUI/websocket plumbing are the ones bench/gpu_comfyui_e2e.py already has
-(`Gpu`, `Comfy`, `Websocket`); `legacy()` imports that script's module for them.
+The scripts (bench/gpu_e2e.py, gpu_comfyui_e2e.py, ...) import it as `gpu.common` (bench/ on sys.path); this
+module imports none of them, so the bench has no import circle.
 """
 from __future__ import annotations
 
 import json
 import os
 import re
+import shlex
+import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -15,22 +20,142 @@ from pathlib import Path
 from typing import Any, Optional
 
 REPO = Path(__file__).resolve().parents[2]
+# The package the bench drives: this checkout, or a pinned copy of it (a device run that must not see a tree
+# other helpers are editing meanwhile: bench/gpu/device.sh sets it)
+PKG = Path(os.environ.get("VLLM_OMNI_LAUNCHER_PKG") or REPO).resolve()
 GIB = 1 << 30
+NOT_ON_CPU = "not measured on CPU"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # vllm-omni 0.30 pipeline_wan2_2.py, with its DEBUG_PERF switch on (the device setup turns it on)
 STAGE_LINE = re.compile(
     r"Pipeline stage timing summary: TextEncoding=([\d.]+) ms, LatentPreparation=([\d.]+) ms, "
     r"Denoising=([\d.]+) ms \((\d+) steps\), Decoding=([\d.]+) ms, StagesSum=[\d.]+ ms, PipelineWall=([\d.]+) ms")
 MP4_LINE = re.compile(r"Video response encoding \(MP4 bytes\): ([\d.]+) ms")
+ENGINE_E2E_LINE = re.compile(r"\|\s*e2e_total_ms\s*\|\s*([\d,.]+)\s*\|")   # request e2e in the engine
+POSTPROCESS_LINE = re.compile(r"\|\s*postprocess_time_s\s*\|\s*([\d.]+)\s*\|")   # the stats table per job
 TQDM_RATE = re.compile(r"(\d+)/(\d+) \[[^\]]*?([\d.]+)(s/it|it/s)\]")
 
 
-def legacy() -> Any:
-    """bench/gpu_comfyui_e2e.py as a module (its Gpu / Comfy / Websocket / node_of / load_api)."""
-    sys.path.insert(0, str(REPO / "bench"))
-    import gpu_comfyui_e2e
+def import_package() -> Any:
+    """Import the repo (or the pinned PKG) as `vllm_omni_launcher` without installing it (the GPU box has
+    no pip); a pinned PKG wins over an installed copy."""
+    try:
+        if os.environ.get("VLLM_OMNI_LAUNCHER_PKG"):
+            raise ImportError("the pinned copy, not an installed one")
+        import vllm_omni_launcher  # noqa: F401
+    except ImportError:
+        shim = Path("/tmp/vllm_omni_launcher_shim")
+        shim.mkdir(exist_ok=True)
+        link = shim / "vllm_omni_launcher"
+        if link.is_symlink() and link.resolve() != PKG:   # left by an earlier device call's copy
+            link.unlink()
+        if not link.is_symlink():
+            link.symlink_to(PKG)
+        sys.path.insert(0, str(shim))
+    import vllm_omni_launcher
 
-    return gpu_comfyui_e2e
+    return vllm_omni_launcher
+
+
+def server_command(text: Optional[str]) -> list[str]:
+    """The server program: `text` split like a shell would, else vLLM's CLI in this python."""
+    return shlex.split(text) if text else [
+        sys.executable, "-c", "import sys; from vllm.entrypoints.cli.main import main; "
+                              "sys.argv[0] = 'vllm'; sys.exit(main())"]
+
+
+def server_extra_env() -> dict[str, str]:
+    """What the launched server needs from this shell: offline HF, the kit's PYTHONPATH and NCCL switches."""
+    env = {"HF_HUB_OFFLINE": "1"}
+    for key in ("PYTHONPATH", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
+        if os.environ.get(key):
+            env[key] = os.environ[key]
+    return env
+
+
+def gpu_memory_mib() -> Optional[list[int]]:
+    """Used MiB per GPU from nvidia-smi, or None where there is no GPU."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True)
+    return [int(x) for x in out.stdout.split()] if out.returncode == 0 else None
+
+
+def gpu_processes() -> Optional[list[str]]:
+    if not shutil.which("nvidia-smi"):
+        return None
+    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"],
+                         capture_output=True, text=True)
+    return [line for line in out.stdout.splitlines() if line.strip()]
+
+
+class Gpu:
+    """NVML (pynvml, else nvidia-smi) sampled every 0.2 s in a thread; None everywhere on CPU."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled and shutil.which("nvidia-smi") is not None
+        self.samples: list[tuple[float, int, int]] = []   # (t, used MiB, utilization %)
+        self._stop = threading.Event()
+        self._handle = None
+        if self.enabled:
+            try:
+                import pynvml
+
+                pynvml.nvmlInit()
+                self._nvml = pynvml
+                self._handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+            except Exception:   # no usable pynvml: nvidia-smi
+                self._handle = None
+            threading.Thread(target=self._loop, daemon=True).start()
+
+    def _read(self) -> tuple[int, int]:
+        if self._handle is not None:
+            mem = self._nvml.nvmlDeviceGetMemoryInfo(self._handle)
+            util = self._nvml.nvmlDeviceGetUtilizationRates(self._handle)
+            return int(mem.used / 2**20), int(util.gpu)
+        out = subprocess.run(["nvidia-smi", "-i", "0", "--query-gpu=memory.used,utilization.gpu",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
+        used, util = (int(x) for x in out.stdout.split(","))
+        return used, util
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                used, util = self._read()
+                self.samples.append((time.monotonic(), used, util))
+            except Exception:
+                pass
+            time.sleep(0.2)
+
+    def peak_mib(self, since: float, until: Optional[float] = None) -> Any:
+        if not self.enabled:
+            return NOT_ON_CPU
+        window = [s[1] for s in self.samples if s[0] >= since and (until is None or s[0] <= until)]
+        return max(window) if window else None
+
+    def idle_after(self, since: float, timeout: float, util_below: int = 5, hold: int = 5) -> Any:
+        """Seconds after ``since`` when utilization stayed below ``util_below`` % for ``hold`` samples."""
+        if not self.enabled:
+            return NOT_ON_CPU
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            window = [s for s in self.samples if s[0] >= since]
+            for i in range(len(window) - hold + 1):
+                if all(s[2] < util_below for s in window[i:i + hold]):
+                    return round(window[i][0] - since, 2)
+            time.sleep(0.2)
+        return None
+
+    def processes(self) -> Any:
+        if not self.enabled:
+            return NOT_ON_CPU
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)
+        return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+
+    def close(self) -> None:
+        self._stop.set()
 
 
 class Deadline:
@@ -59,6 +184,16 @@ def stage_timings(log_text: str) -> list[dict[str, float]]:
 
 def mp4_encode_s(log_text: str) -> list[float]:
     return [float(x) / 1000 for x in MP4_LINE.findall(_ANSI.sub("", log_text))]
+
+
+def postprocess_s(log_text: str) -> list[float]:
+    """Per job, the server's postprocess seconds (the decoded video to CPU arrays, before the MP4 encode)."""
+    return [float(x) for x in POSTPROCESS_LINE.findall(_ANSI.sub("", log_text))]
+
+
+def engine_e2e_s(log_text: str) -> list[float]:
+    """Per job, the engine's end-to-end seconds (pipeline + postprocess; before the MP4 encode and save)."""
+    return [float(x.replace(",", "")) / 1000 for x in ENGINE_E2E_LINE.findall(_ANSI.sub("", log_text))]
 
 
 def last_step_rate(log_text: str) -> Optional[float]:
@@ -120,6 +255,28 @@ class RamSampler:
 
     def close(self) -> None:
         self._stop.set()
+
+
+def psnr(a: Any, b: Any) -> Optional[float]:
+    """PSNR (dB) of two uint8 frame stacks of one shape (inf when identical, None when either is missing or
+    the shapes differ): the numeric drift of a lever against the plain run, a rough signal on random weights."""
+    import math
+
+    import numpy as np
+
+    if a is None or b is None or a.shape != b.shape:
+        return None
+    mse = float(np.mean((a.astype(np.float32) - b.astype(np.float32)) ** 2))
+    return math.inf if mse == 0 else round(10 * math.log10(255.0 ** 2 / mse), 2)
+
+
+def load_frames(folder: Path, prefix: str) -> Any:
+    """The PNGs SaveImage wrote for `prefix` (in its counter order) as one uint8 array, None if none."""
+    import numpy as np
+    from PIL import Image
+
+    files = sorted(folder.glob(f"{Path(prefix).name}_*.png"))
+    return np.stack([np.asarray(Image.open(f).convert("RGB")) for f in files]) if files else None
 
 
 def save_json(path: Path, doc: Any) -> None:

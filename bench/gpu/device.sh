@@ -9,6 +9,7 @@
 #                                        the GPU kit's setup does it) + ComfyUI venv (image torch) + the
 #                                        weights finished + ComfyUI's detection of each file
 #   bash bench/gpu/device.sh native ...  the head-to-head (python -m bench.gpu native ... under ComfyUI's python)
+#   bash bench/gpu/device.sh levers ...  our speed levers (python -m bench.gpu levers ... under the server venv)
 #   bash bench/gpu/device.sh calibrate . the calibration (python -m bench.gpu calibrate ... under the server venv)
 #   bash bench/gpu/device.sh pack        the server and ComfyUI logs into $OUT/logs.tgz (8 files come back)
 # Built here by bench/gpu/kit.sh. Keep NVLink multicast off everywhere (NCCL/PyTorch/NVSHMEM variables).
@@ -20,6 +21,10 @@ IMAGE_PY="${IMAGE_PY:-/opt/torch/.venv/bin/python3}"
 IMG="$("$IMAGE_PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null)"
 SENV="$KIT/server-env"; CENV="$KIT/comfy-env"; BASE="$KIT/base"; X="$KIT/x"
 mkdir -p "$KIT/pieces" "$OUT" "$BASE"
+# The package pinned for the whole run (.kit/snap.tgz, carried with piece 00: a copy of the tree taken when it
+# passed the CPU rehearsal), so edits other helpers make to the checkout meanwhile never reach a device call;
+# bench/ itself comes from the checkout each call carries.
+[ -d "$KIT/snap" ] && export VLLM_OMNI_LAUNCHER_PKG="$KIT/snap"
 stamp() { echo "[$(date +%T) +${SECONDS}s] $*"; }
 
 stash() { mv "$REPO/.kit/p$1" "$KIT/pieces/" && stamp "piece $1 stashed ($(ls "$KIT/pieces" | wc -l) here)"; }
@@ -94,16 +99,20 @@ case "${1:?first N | receive NN | setup N | native ARGS | calibrate ARGS | pack}
     uname -r; nproc; free -g | head -2; df -h "$HOME" /tmp | tail -2; "$IMAGE_PY" --version
     "$IMAGE_PY" -m pip list 2>/dev/null | grep -i -E "^(torch|safetensors|psutil|nvidia-ml-py|markupsafe|aiohttp|av|pydantic|transformers|sentencepiece) " | tr '\n' ';'; echo
     stash 00
+    [ -f "$REPO/.kit/snap.tgz" ] && tar xzf "$REPO/.kit/snap.tgz" -C "$KIT" && export VLLM_OMNI_LAUNCHER_PKG="$KIT/snap" \
+      && stamp "package pinned: $(find "$KIT/snap" -name '*.py' | wc -l) files"
     (cd "$REPO" && setsid nohup "$IMAGE_PY" -m bench.gpu weights --base "$BASE" > "$KIT/weights.log" 2>&1 < /dev/null &)
     sleep 2; stamp "weights job started"; cat "$KIT/weights.log" ;;
   receive) stash "${2:?NN}"; tail -2 "$KIT/weights.log" ;;
   setup) setup "${2:?N pieces}" ;;
   native) shift; cd "$REPO" && "$CENV/bin/python" -m bench.gpu native --comfy-dir "$X/comfyui" --python "$CENV/bin/python" \
       --base "$BASE" --launcher-env "$KIT/launcher-env.json" --detect "$KIT/detect.json" "$@" ;;
+  levers) shift; cd "$REPO" && "$SENV/bin/python" -m bench.gpu levers --model "$BASE/models/diffusers/ti2v-5b-fullsize" \
+      --data-dir "$KIT/lev-data" --reference "$KIT/lev-reference.npz" "$@" ;;
   calibrate) shift; cd "$REPO" && "$SENV/bin/python" -m bench.gpu calibrate --model "$BASE/models/diffusers/ti2v-5b-fullsize" \
       --data-dir "$KIT/cal-data" "$@" ;;
   pack)   # one tarball of logs: a call returns at most 8 files
     tar czf "$OUT/logs.tgz" -C "$KIT" --ignore-failed-read weights.log pip-server.log pip-comfy.log \
-      $(cd "$KIT" && ls -d base/launcher-data/logs base/comfyui.log cal-data/logs 2>/dev/null) 2>/dev/null; ls -la "$OUT" ;;
+      $(cd "$KIT" && ls -d base/launcher-data/logs base/comfyui.log cal-data/logs lev-logs 2>/dev/null) 2>/dev/null; ls -la "$OUT" ;;
   *) echo "unknown step $1" >&2; exit 2 ;;
 esac

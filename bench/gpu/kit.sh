@@ -6,6 +6,9 @@
 # pydantic come from wheels/), comfyui/ (COMFYUI_SRC without .git), gpu-kit/ (the allocator cap, the tiny
 # models) and SHA256SUMS; split into .kit/pNN of PIECE_MIB (a call carries 64 MiB with the ~5 MB tree).
 # Wheels are not recompressed: xz -6 of the NCCL wheel's contents saved 6% for 3.8 min of compression here.
+# nvidia-nccl-cu13==2.29.7 (requirements-kit30.txt) is no longer offered by the registry (2026-12-02): download
+# 2.32.3 in its place (it ran there, one GPU: no collective); apache-tvm-ffi and cryptography come as other
+# manylinux builds of the same versions (hashes differ from the list's).
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/../.." && pwd)"
 GPU_KIT="${GPU_KIT:?the GPU kit folder (kit30/vol_memcap.py, models/)}"

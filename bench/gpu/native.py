@@ -22,13 +22,24 @@ from pathlib import Path
 from typing import Any, Optional
 
 from . import weights
-from .common import Deadline, RamSampler, legacy, machine, mp4_encode_s, save_json, stage_timings
+from .common import (REPO, Deadline, Gpu, RamSampler, engine_e2e_s, load_frames, machine, mp4_encode_s,
+                     postprocess_s, psnr, save_json, stage_timings)
 
 PROMPT = ("A red fox trotting through fresh snow in a birch forest at sunrise, soft golden light, slow tracking "
           "shot, cinematic")
 NEGATIVE = "blurry, low quality, distorted faces, jitter, flicker, watermark, text, static frame"
 SINK = {"90": "GetImageSize", "91": "width", "92": "height", "93": "batch"}
 KSAMPLER, DECODE = "3", "8"
+
+
+def legacy() -> Any:
+    """bench/gpu_comfyui_e2e.py (its Comfy, Websocket, load_api, node_of); it imports only gpu/common.py."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "bench"))
+    import gpu_comfyui_e2e
+
+    return gpu_comfyui_e2e
 
 
 def sink(prompt: dict, image: list) -> dict:
@@ -40,9 +51,38 @@ def sink(prompt: dict, image: list) -> dict:
     return prompt
 
 
+# Native speed variants a user sets in the graph (ComfyUI flags such as --fast need a ComfyUI of their own:
+# --comfy-arg): the UNET loader's fp8 weights, ComfyUI's EasyCache node at its defaults (verbose: its log
+# says how many steps it skipped).
+EASYCACHE = {"reuse_threshold": 0.2, "start_percent": 0.15, "end_percent": 0.95, "verbose": True}
+NATIVE_VARIANTS: dict[str, dict[str, Any]] = {
+    "default": {}, "fp8": {"weight_dtype": "fp8_e4m3fn"}, "easycache": {"easycache": EASYCACHE},
+    "fp8_easycache": {"weight_dtype": "fp8_e4m3fn", "easycache": EASYCACHE}}
+# Our variants: Serving Config widget values (the node's own speed settings; `compile` false = eager).
+# parallel_mode none: exactly these settings (with auto the planner would use fp8 only where nothing else fits).
+_EXACT = {"parallel_mode": "none", "offload": "none", "vae_tiling": False}
+OURS_VARIANTS: dict[str, dict[str, Any]] = {name: dict(_EXACT, **v) for name, v in {
+    "eager": {"compile": False}, "compile": {"compile": True},
+    "cache_dit": {"compile": False, "cache_backend": "cache_dit"}, "fp8": {"compile": False, "fp8": True},
+    "fp8_cache_dit": {"compile": False, "fp8": True, "cache_backend": "cache_dit"},
+    "compile_cache_dit": {"compile": True, "cache_backend": "cache_dit"},
+    "compile_fp8_cache_dit": {"compile": True, "fp8": True, "cache_backend": "cache_dit"}}.items()}
+SAMPLE_FROM, SAMPLE_FRAMES = 40, 4      # frames saved as PNG per run (the PSNR drift between variants)
+
+
+def sample_frames(prompt: dict, image: list, prefix: str, frames: int) -> dict:
+    """A few frames of the run's IMAGE saved as PNG (ImageFromBatch -> SaveImage) for the PSNR drift."""
+    start = min(SAMPLE_FROM, max(0, frames - SAMPLE_FRAMES))
+    prompt["94"] = {"class_type": "ImageFromBatch", "inputs": {"image": image, "batch_index": start,
+                                                                "length": min(SAMPLE_FRAMES, frames)}}
+    prompt["95"] = {"class_type": "SaveImage", "inputs": {"images": ["94", 0], "filename_prefix": prefix}}
+    return prompt
+
+
 def native_prompt(request: dict, *, weight_dtype: str = "default", shift: float = 8.0, cfg: float = 5.0,
-                  sampler: str = "uni_pc", scheduler: str = "simple") -> dict:
-    """ComfyUI's Wan2.2 5B template graph (API format), text-to-video, ending in the sink."""
+                  sampler: str = "uni_pc", scheduler: str = "simple", easycache: Optional[dict] = None) -> dict:
+    """ComfyUI's Wan2.2 5B template graph (API format), text-to-video, ending in the sink; `easycache`:
+    ComfyUI's EasyCache node between the model sampling patch and the sampler, with these inputs."""
     r = request
     files = {k: name for k, (_, name) in weights.COMFY_FILES.items()}
     prompt = {
@@ -56,11 +96,14 @@ def native_prompt(request: dict, *, weight_dtype: str = "default", shift: float 
                "inputs": {"vae": ["39", 0], "width": r["width"], "height": r["height"], "length": r["frames"],
                           "batch_size": 1}},
         KSAMPLER: {"class_type": "KSampler",
-                   "inputs": {"model": ["48", 0], "positive": ["6", 0], "negative": ["7", 0],
+                   "inputs": {"model": ["49", 0] if easycache else ["48", 0], "positive": ["6", 0],
+                              "negative": ["7", 0],
                               "latent_image": ["55", 0], "seed": r["seed"], "steps": r["steps"], "cfg": cfg,
                               "sampler_name": sampler, "scheduler": scheduler, "denoise": 1.0}},
         DECODE: {"class_type": "VAEDecode", "inputs": {"samples": [KSAMPLER, 0], "vae": ["39", 0]}},
     }
+    if easycache:
+        prompt["49"] = {"class_type": "EasyCache", "inputs": dict(easycache, model=["48", 0])}
     return sink(prompt, [DECODE, 0])
 
 
@@ -130,7 +173,7 @@ class HeadToHead:
         self.out = Path(args.out)
         self.base = Path(args.base)
         self.data_dir = self.base / "launcher-data"
-        self.gpu = self.lg.Gpu(not args.cpu)
+        self.gpu = Gpu(not args.cpu)
         self.report: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                        "machine": machine(), "args": vars(args), "runs": [], "sides": {}}
         self.comfy: Any = None
@@ -164,7 +207,9 @@ class HeadToHead:
 
     def server_log_text(self) -> str:
         d = self.data_dir / "logs"
-        return "".join(p.read_text(errors="replace") for p in sorted(d.glob("*.log"))) if d.is_dir() else ""
+        if not d.is_dir():   # oldest first, so the text only grows at its end while a server writes
+            return ""
+        return "".join(p.read_text(errors="replace") for p in sorted(d.glob("*.log"), key=lambda p: p.stat().st_mtime))
 
     def queue(self, prompt: dict) -> str:
         status, body = self.comfy.post("/prompt", {"prompt": prompt, "client_id": self.client_id})
@@ -174,7 +219,7 @@ class HeadToHead:
 
     def run(self, side: str, label: str, steps: int, prompt: dict, timeout: float) -> dict:
         first = len(self.ws.snapshot())
-        stages_before = len(stage_timings(self.server_log_text()))
+        log_before = len(self.server_log_text())
         t0 = time.monotonic()
         pid = self.queue(prompt)
         try:
@@ -197,11 +242,14 @@ class HeadToHead:
         if side == "native":
             result["sampler"] = sampler_steps(events, pid, KSAMPLER)
         else:
-            text = self.server_log_text()
-            stages = stage_timings(text)[stages_before:]
+            text = self.server_log_text()[log_before:]
+            stages, mp4, post, e2e = stage_timings(text), mp4_encode_s(text), postprocess_s(text), engine_e2e_s(text)
             result["server_stages"] = stages[-1] if stages else None
-            mp4 = mp4_encode_s(text)
             result["server_mp4_encode_s"] = mp4[-1] if mp4 else None
+            result["server_postprocess_s"] = post[-1] if post else None
+            result["server_engine_e2e_s"] = e2e[-1] if e2e else None
+            gen = self.lg.node_of(prompt, "VLLMOmniGenerateVideo")
+            result["generate_texts"] = [e["text"] for e in events if e["type"] == "text" and e["node"] == gen][-2:]
             result["local_server_texts"] = [e["text"] for e in events if e["type"] == "text"
                                             and e["node"] == self.lg.node_of(prompt, "VLLMOmniLocalServer")][-2:]
         self.report["runs"].append(result)
@@ -227,42 +275,71 @@ class HeadToHead:
 
     # -- the sides ------------------------------------------------------------------------
     def side(self, side: str, reserve_s: float) -> None:
-        """first (4 steps), warm (4 steps, new seed + prompt), then 20 steps if it fits before `reserve_s`."""
+        """`first` (a.steps, the first variant: files to frames), then per variant a warm-up where the
+        variant reloads or restarts something (native fp8 weights: the UNET reloads; ours: every variant is
+        another server), then each of a.more_steps with the same seed and texts for every variant (so the
+        PSNR of their frames compares like with like), skipping what would not fit before `reserve_s`."""
         a = self.a
         info: dict[str, Any] = {"nvml_mib_before": self.gpu.peak_mib(time.monotonic() - 0.5)}
         self.report["sides"][side] = info
         template = self.lg.load_api(self.lg.T2V)
         model = f"local/{a.model_folder}"
+        variants = (a.native_variants if side == "native" else a.ours_variants).split(",")
 
-        def build(steps: int, take: int) -> dict:
+        def build(variant: str, label: str, steps: int, take: int) -> dict:
             req = self.request(steps, take)
             if side == "native":
-                return native_prompt(req, weight_dtype=a.weight_dtype)
-            return ours_prompt(template, model, req, serving=json.loads(a.serving) if a.serving else None)
+                v = NATIVE_VARIANTS[variant]
+                prompt = native_prompt(req, weight_dtype=v.get("weight_dtype", a.weight_dtype),
+                                       easycache=v.get("easycache"))
+                image = [DECODE, 0]
+            else:
+                serving = dict(OURS_VARIANTS[variant], **(json.loads(a.serving) if a.serving else {}))
+                prompt = ours_prompt(template, model, req, serving=serving)
+                image = [self.lg.node_of(prompt, "VLLMOmniGenerateVideo"), 0]
+            return sample_frames(prompt, image, f"bench/{a.tag}{side}-{label}", req["frames"])
 
-        runs = [("first", a.steps, 1), ("warm", a.steps, 2)] + [(f"steps{s}", s, 3 + i)
-                                                               for i, s in enumerate(a.more_steps)]
+        runs = [(variants[0], "first", a.steps, 1)]
+        for i, variant in enumerate(variants):
+            if i and (side == "ours" or "weight_dtype" in NATIVE_VARIANTS[variant]):
+                runs.append((variant, f"{variant}-warmup", a.steps, 10 + i))
+            runs += [(variant, f"{variant}-{s}", s, 3) for s in a.more_steps]
         per_step = None
-        for label, steps, take in runs:
-            fixed = 90.0 if label == "first" else 30.0
+        for variant, label, steps, take in runs:
+            fixed = 90.0 if label == "first" or (side == "ours" and label.endswith("warmup")) else 30.0
             need = fixed + steps * (per_step or a.step_guess_s) + reserve_s
             if not self.deadline.fits(need):
                 info.setdefault("skipped", []).append(f"{label}: {self.deadline.left():.0f}s left, needs ~{need:.0f}s")
                 self.save()
                 continue
             try:
-                r = self.run(side, label, steps, build(steps, take), timeout=self.deadline.left() - reserve_s)
+                r = self.run(side, label, steps, build(variant, label, steps, take),
+                             timeout=self.deadline.left() - reserve_s)
+                r["variant"] = variant
             except Exception as exc:   # the report says what failed; the other side still runs
                 info.setdefault("errors", []).append(f"{label}: {type(exc).__name__}: {exc}"[:3000])
                 self.save()
-                break
+                continue
             rate = (r.get("sampler") or {}).get("s_per_step")
             stages = r.get("server_stages") or {}
             if stages.get("steps"):
                 rate = stages["denoise_s"] / stages["steps"]
             per_step = rate or per_step
+        info["psnr_db"] = self.drift(side, variants)
         info["release"] = self.free_native() if side == "native" else self.stop_ours()
         self.save()
+
+    def drift(self, side: str, variants: list[str]) -> dict[str, Any]:
+        """PSNR of each variant's saved frames against the first variant's, per step count."""
+        out: dict[str, Any] = {}
+        folder = self.base / "output" / "bench"
+        for s in self.a.more_steps:
+            ref_name = (self.a.psnr_reference or f"{self.a.tag}{side}-{variants[0]}") + f"-{s}"
+            ref = load_frames(folder, ref_name)
+            for v in variants if self.a.psnr_reference else variants[1:]:
+                got = load_frames(folder, f"{self.a.tag}{side}-{v}-{s}")
+                out[f"{self.a.tag}{v}-{s} vs {ref_name}"] = psnr(got, ref)
+        return out
 
     def main(self) -> int:
         try:
@@ -271,7 +348,7 @@ class HeadToHead:
                 self.report["detect"] = json.loads(Path(self.a.detect).read_text())
             order = self.a.sides.split(",")
             for i, side in enumerate(order):
-                reserve = 200.0 if i + 1 < len(order) else 15.0    # keep time for the other side's runs
+                reserve = self.a.reserve_s if i + 1 < len(order) else 15.0    # keep time for the other side's runs
                 self.side(side, reserve)
         except Exception as exc:
             self.report["error"] = f"{type(exc).__name__}: {exc}"[:6000]
@@ -305,7 +382,15 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--steps", type=int, default=4, help="steps of the first and warm runs")
     p.add_argument("--more-steps", type=lambda s: [int(x) for x in s.split(",") if x], default=[20])
     p.add_argument("--seed", type=int, default=41)
-    p.add_argument("--weight-dtype", default="default", help="UNETLoader weight_dtype (fp8_e4m3fn: P4)")
+    p.add_argument("--weight-dtype", default="default", help="UNETLoader weight_dtype where a variant sets none")
+    p.add_argument("--native-variants", default="default", help=f"of {', '.join(NATIVE_VARIANTS)}; the first "
+                   "is the PSNR reference")
+    p.add_argument("--ours-variants", default="eager", help=f"of {', '.join(OURS_VARIANTS)}; the first is the "
+                   "PSNR reference")
+    p.add_argument("--psnr-reference", help="the frames every variant is compared with, e.g. native-default (an "
+                   "earlier ComfyUI of the same run); default: this side's first variant")
+    p.add_argument("--reserve-s", type=float, default=200.0, help="seconds the first side leaves the second")
+    p.add_argument("--tag", default="", help="prefix of the saved frames (two ComfyUI instances in one run)")
     p.add_argument("--serving", help="JSON: Serving Config overrides for our side")
     p.add_argument("--step-guess-s", type=float, default=3.0, help="s/step assumed before one is measured")
     p.add_argument("--detect", help="the `detect` phase's JSON, copied into the report")

@@ -48,6 +48,43 @@ def head_to_head_table(report: dict) -> str:
     return "\n".join(rows)
 
 
+def runs_table(report: dict) -> str:
+    """Every run of a head-to-head with variants (native.py --native-variants / --ours-variants): end to end
+    without the PNG sample save (nodes 94/95, both sides alike), s/step, text encode, VAE decode, NVML peak."""
+    rows = ["| side | run | end to end s (no PNG save) | s / step | text encode s | VAE decode s | peak GiB (NVML) |",
+            "|---|---|---|---|---|---|---|"]
+    for r in report.get("runs", []):
+        if r.get("status") != "success":
+            continue
+        f = side_figures(r)
+        n = r.get("node_s", {})
+        e2e = r.get("end_to_end_s")
+        e2e = None if e2e is None else e2e - (n.get("94") or 0) - (n.get("95") or 0)
+        rows.append(f"| {r['side']} | {r['run']} | {_f(e2e)} | {_f(f['s_per_step'], 3)} | {_f(f['text_encode_s'])} "
+                    f"| {_f(f['vae_decode_s'])} | {_f(f['peak_gib'])} |")
+    return "\n".join(rows)
+
+
+def levers_table(report: dict) -> str:
+    """Our levers (levers.json): per configuration and job, ready, s/step, the server's parts, our part, peak,
+    PSNR against eager."""
+    rows = ["| config | via | steps | ready s | s / step | denoise s | VAE decode s | postprocess s | MP4 encode s "
+            "| job wall s | ours s | peak GiB | PSNR dB vs eager |", "|" + "---|" * 13]
+    for c in report.get("configs", []):
+        for j in c.get("jobs", []):
+            if "skipped" in j or not j.get("ok"):
+                continue
+            st = j.get("server_stages") or {}
+            peak = j.get("nvml_peak_mib")
+            rows.append(f"| {c['config']} | {j['via']} | {j['steps']} | {_f(c.get('ready_s'), 1)} "
+                        f"| {_f(j.get('tqdm_s_per_step'))} | {_f(st.get('denoise_s'))} | {_f(st.get('vae_decode_s'))} "
+                        f"| {_f(j.get('postprocess_s'))} | {_f(j.get('mp4_encode_s'))} "
+                        f"| {_f((j.get('timings') or {}).get('decoded'))} | {_f(j.get('ours_s'), 3)} "
+                        f"| {_f(peak / 1024 if isinstance(peak, (int, float)) else None)} "
+                        f"| {_f(j.get('psnr_db_vs_eager'))} |")
+    return "\n".join(rows)
+
+
 def calibration_table(report: dict) -> str:
     held = set(report.get("held_back", []))
     rows = ["| config | shape | cap GiB | ok | NVML peak GiB | planner GiB | pred/meas | s/step | decode s | job s |",
@@ -72,8 +109,9 @@ def add_parser(sub: Any) -> None:
 
     def run(a: Any) -> int:
         folder = Path(a.folder)
-        for name, fn in (("report.json", head_to_head_table), ("calibration.json", calibration_table)):
-            for path in sorted(folder.rglob(name)):
+        for pattern, fn in (("report.json", head_to_head_table), ("native-*.json", runs_table),
+                            ("calibration.json", calibration_table), ("levers*.json", levers_table)):
+            for path in sorted(folder.rglob(pattern)):
                 print(f"### {path.relative_to(folder)}\n\n{fn(json.loads(path.read_text()))}\n")
         return 0
 

@@ -33,7 +33,8 @@ PACK_NAME = "vllm_omni_launcher"                   # the folder name ComfyUI loa
 WORKFLOWS = REPO / "workflows"
 OUR_NODES = ("VLLMOmniLoadModel", "VLLMOmniServingConfig", "VLLMOmniLocalServer", "VLLMOmniRemoteServer",
              "VLLMOmniGenerateVideo", "VLLMOmniStopServer", "VLLMOmniServerStatus", "VLLMOmniDoctor", "VLLMOmniLora",
-             "VLLMOmniGenerateBatch")
+             "VLLMOmniGenerateBatch", "VLLMOmniLoadPipelineModel", "VLLMOmniGenerateVACE",
+             "VLLMOmniGenerateSpeechToVideo")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
@@ -176,6 +177,27 @@ def running_comfyui(comfy_dir: Path, python: str, env: Mapping[str, str], keep: 
         comfy.stop()
         if not keep:
             comfy.cleanup()
+
+
+def put_media_inputs(input_dir: Path) -> None:
+    """The files the VACE and S2V templates' loaders name (control.mp4: 100 frames of 1280x720 at 24 fps;
+    speech.wav: 3 s at 22.05 kHz), made in ComfyUI's input folder as a user would upload them."""
+    import wave
+
+    import numpy as np
+
+    from vllm_omni_launcher.client import media
+
+    y, x = np.mgrid[0:720, 0:1280].astype(np.float32)
+    frames = np.stack([np.stack([(x + 8 * i) % 1280 / 1280, y / 720, np.full_like(x, i / 100)], -1)
+                       for i in range(100)])
+    (input_dir / "control.mp4").write_bytes(media.control_video_from_frames(frames, fps=24).mp4)
+    t = np.arange(22050 * 3) / 22050
+    with wave.open(str(input_dir / "speech.wav"), "wb") as writer:
+        writer.setnchannels(1)
+        writer.setsampwidth(2)
+        writer.setframerate(22050)
+        writer.writeframes((np.sin(2 * np.pi * 220 * t) * 20000).astype("<i2").tobytes())
 
 
 def pack_import_problems(log: str) -> list[str]:

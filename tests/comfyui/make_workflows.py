@@ -33,7 +33,8 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from comfy_harness import WORKFLOWS, browser_page, running_comfyui  # noqa: E402
+from comfy_harness import (LOAD_AND_INSPECT_JS, WORKFLOWS, browser_page, put_media_inputs,  # noqa: E402
+                           running_comfyui)
 
 RELEASED = Path(__file__).resolve().parents[1] / "unit" / "released_workflows"
 TI2V, T2V, I2V = ("Wan-AI/Wan2.2-TI2V-5B-Diffusers", "Wan-AI/Wan2.2-T2V-A14B-Diffusers",
@@ -51,7 +52,7 @@ def ti2v_plan() -> str:
     (`recommend` for the pinned vLLM-Omni line, which setup installs, and 64 GB of free system RAM);
     tests/unit/test_workflows.py checks each phrase against the planner."""
     from vllm_omni_launcher.planner.ladder import recommend
-    from vllm_omni_launcher.server.versions import DEFAULT_VERSION
+    from vllm_omni_launcher.server.launch.versions import DEFAULT_VERSION
 
     rec = {k: recommend(TI2V, gpus=[float(gb)], host_available_gib=64.0, server_version=DEFAULT_VERSION)
            for k, gb in TI2V_CARDS.items()}
@@ -170,6 +171,67 @@ def _distill_lora_template(note: str, model: str, serving: dict, prompt: str, se
     return template
 
 
+def _pipeline_template(note: str, model: str, generate_type: str, generate: dict, prefix: str,
+                       media: list[dict], media_links: list[list[str]]) -> dict:
+    """A VACE / S2V / FastWan graph: Load Wan Pipeline Model and Serving Config into Local Server, the job
+    node fed by ComfyUI's own loaders (`media`, linked by `media_links`), Save Video."""
+    model_y = 40 + note_height(note) + GAP_BELOW
+    serving_y = model_y + 60 + GAP_BELOW
+    job_x = 1220 if any(m["pos"] and m["pos"][0] > 550 for m in media) else 870   # after a third column
+    nodes = [
+        {"key": "note", "type": "Note", "pos": [40, 40], "size": [NOTE_WIDTH, note_height(note)],
+         "widgets": {"text": note}},
+        {"key": "model", "type": "VLLMOmniLoadPipelineModel", "pos": [40, model_y], "size": [NOTE_WIDTH, 60],
+         "widgets": {"model": model}},
+        {"key": "serving", "type": "VLLMOmniServingConfig", "pos": [40, serving_y], "size": [NOTE_WIDTH, 320],
+         "widgets": _serving("auto", "auto")},
+        {"key": "server", "type": "VLLMOmniLocalServer", "pos": [550, model_y], "size": [270, 50], "widgets": {}},
+        {"key": "generate", "type": generate_type, "pos": [job_x, 40], "size": [420, 560], "widgets": generate},
+        {"key": "save", "type": "SaveVideo", "pos": [job_x + 470, 40], "size": [420, 480], "widgets": _save(prefix)},
+        *({**m, "pos": m["pos"] or [550, serving_y]} for m in media),   # None: level with Serving Config
+    ]
+    links = [["model", "model", "server", "model"], ["serving", "serving", "server", "serving"],
+             ["server", "server", "generate", "server"], ["generate", "video", "save", "video"], *media_links]
+    return {"nodes": nodes, "links": links}
+
+
+def _pipeline_generate(prompt: str, seed: int, **widgets: object) -> dict:
+    return {"prompt": prompt, "negative_prompt": NEGATIVE, "width": 0, "height": 0, "frames": 0, "steps": 0,
+            "guidance": -1, "seed": seed, "control_after_generate": "randomize", **widgets}
+
+
+VACE_NOTE = (
+    "Wan2.1 VACE-1.3B: video that follows a control video, on one GPU\n\n"
+    "Load Video reads control.mp4 from ComfyUI's input folder (upload yours: a depth, pose or edge video, or a "
+    "source clip); Get Video Components gives its frames, Image From Batch keeps the first 81 and Upscale Image "
+    "makes them 832x480: the control video must be exactly as long and as large as the request (Generate VACE "
+    "Video refuses another length or size before sending). For reference images instead, connect an IMAGE batch "
+    "(1-4 images) to reference_images and disconnect control_video: the server takes one or the other.\n\n"
+    "Needs: one NVIDIA GPU with 24 GB or more: the planner's estimate (not yet measured for VACE) is about "
+    "22 GiB at 832x480, 81 frames. Model download: Wan-AI/Wan2.1-VACE-1.3B-diffusers, about 20 GB (estimated; "
+    "VACE-14B: about 80 GB and 54 GiB). "
+    "Masks and first/last frames are not possible: vLLM-Omni's HTTP API does not carry them.\n\n"
+    + RECOMMENDED + ": 832x480, 81 frames at 16 fps, 50 steps. Sizes must be multiples of 16, frames 4k+1.\n\n"
+    + SETUP)
+S2V_NOTE = (
+    "Wan2.2 S2V-14B: a portrait that speaks or sings, on one GPU\n\n"
+    "Load Image reads example.png (the face to animate) and Load Audio speech.wav (at most 20 s) from ComfyUI's "
+    "input folder: upload your own. The video is as long as the audio, at 16 fps, in parts of 80 frames, with the "
+    "audio in the saved MP4.\n\n"
+    "Needs: one NVIDIA GPU with 80 GB or more; the planner's estimate (not yet measured for S2V) is about "
+    "51 GiB at 832x448. Model download: Wan-AI/Wan2.2-S2V-14B (the original Wan layout, served with "
+    "--model-class-name WanS2VPipeline, which the launcher adds), about 45 GB.\n\n"
+    + RECOMMENDED + ": 832x448, 80 frames per part, 40 steps. Sizes must be multiples of 16.\n\n" + SETUP)
+FAST_NOTE = (
+    "FastWan2.2 TI2V-5B: text to video in 3 steps, on one GPU\n\n"
+    "A step-distilled TI2V-5B: the server runs its own 3 steps without CFG, so steps stay 0 and guidance -1 "
+    "(Generate Video refuses other values, which the server would ignore). Needs vLLM-Omni 0.30 and one NVIDIA "
+    "GPU with 40 GB or more: the planner's estimate (not yet measured for FastWan) is about 38 GiB at 1280x704, "
+    "121 frames; Serving config 'auto' offloads on smaller cards. Model download: "
+    "FastVideo/FastWan2.2-TI2V-5B-FullAttn-Diffusers, about 23 GB.\n\n"
+    + RECOMMENDED + ": 1280x704, 121 frames at 24 fps. Sizes must be multiples of 32, frames 4k+1.\n\n" + SETUP)
+
+
 REMOTE_NOTE = (
     "Remote vLLM-Omni server\n\n"
     "Uses a vLLM-Omni server that already runs elsewhere, e.g. started on the GPU machine with "
@@ -250,6 +312,32 @@ TEMPLATES: dict[str, dict] = {
         TI2V, _serving("auto", "auto"),
         "A lighthouse on a rocky cliff during a storm, waves crashing, beam of light sweeping through rain, "
         "dramatic clouds, cinematic wide shot", 42, 4, "video/wan22_ti2v_5b_seed_sweep"),
+    "wan21_vace_control_video": _pipeline_template(
+        VACE_NOTE, "Wan-AI/Wan2.1-VACE-1.3B-diffusers", "VLLMOmniGenerateVACE",
+        _pipeline_generate("A dancer in a flowing red dress spins on a wooden stage, warm spotlight, smooth motion",
+                           42), "video/wan21_vace",
+        [{"key": "video", "type": "LoadVideo", "pos": None, "size": [270, 330],
+          "widgets": {"file": "control.mp4"}},
+         {"key": "components", "type": "GetVideoComponents", "pos": [870, 40], "size": [300, 90], "widgets": {}},
+         {"key": "trim", "type": "ImageFromBatch", "pos": [870, 200], "size": [300, 100],
+          "widgets": {"batch_index": 0, "length": 81}},
+         {"key": "scale", "type": "ImageScale", "pos": [870, 370], "size": [300, 140],
+          "widgets": {"upscale_method": "lanczos", "width": 832, "height": 480, "crop": "center"}}],
+        [["video", "VIDEO", "components", "video"], ["components", "images", "trim", "image"],
+         ["trim", "IMAGE", "scale", "image"], ["scale", "IMAGE", "generate", "control_video"]]),
+    "wan22_s2v_speech_to_video": _pipeline_template(
+        S2V_NOTE, "Wan-AI/Wan2.2-S2V-14B", "VLLMOmniGenerateSpeechToVideo",
+        _pipeline_generate("A woman sings on a small stage, gentle head movements, soft stage light", 42),
+        "video/wan22_s2v",
+        [{"key": "image", "type": "LoadImage", "pos": None, "size": [270, 330],
+          "widgets": {"image": "example.png"}},
+         {"key": "audio", "type": "LoadAudio", "pos": [870, 40], "size": [300, 140],
+          "widgets": {"audio": "speech.wav"}}],
+        [["image", "IMAGE", "generate", "image"], ["audio", "AUDIO", "generate", "audio"]]),
+    "fastwan_ti2v_5b_fast_text_to_video": _pipeline_template(
+        FAST_NOTE, "FastVideo/FastWan2.2-TI2V-5B-FullAttn-Diffusers", "VLLMOmniGenerateVideo",
+        _generate("A red fox trotting through fresh snow in a birch forest at sunrise, soft golden light, "
+                  "slow tracking shot, cinematic", 42), "video/fastwan_ti2v_5b", [], []),
     "remote_server": {
         "nodes": [
             {"key": "note", "type": "Note", "pos": [40, 40], "size": [NOTE_WIDTH, note_height(REMOTE_NOTE)],
@@ -319,10 +407,15 @@ def _round_ds(ui: dict) -> None:
 def build(comfy_dir: Path, python: str, names: list[str]) -> list[Path]:
     written = []
     with running_comfyui(comfy_dir, python, {}) as comfy, browser_page(comfy.url) as (page, console):
+        put_media_inputs(comfy.base / "input")     # as a user's input folder: the loaders' previews load
         for name in names:
             wid = str(uuid.uuid5(uuid.NAMESPACE_URL, "vllm-omni-launcher/workflows/" + name))
             out = page.evaluate(BUILD_JS, [TEMPLATES[name], name, wid])
             ui, api = json.loads(out["ui"]), json.loads(out["api"])
+            if any(n["type"] == "LoadVideo" for n in TEMPLATES[name]["nodes"]):
+                # Load Video adds its preview widget (sent in the prompt) only when a graph is loaded with
+                # the file present: export what the template gives once loaded, as a user's Export would.
+                api = page.evaluate(LOAD_AND_INSPECT_JS, [ui, name])["api"]
             _round_ds(ui)
             ui_path = WORKFLOWS / f"{name}.json"
             api_path = WORKFLOWS / "api" / f"{name}.api.json"

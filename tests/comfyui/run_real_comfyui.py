@@ -79,7 +79,7 @@ sys.path.insert(0, str(HERE.parent / "unit"))
 
 from comfy_harness import (  # noqa: E402
     OUR_NODES, PACK_NAME, REPO, WORKFLOWS, ComfyUI, LOAD_AND_INSPECT_JS, browser_page, close_dialogs,
-    comfyui_version, pack_import_problems, save_png,
+    comfyui_version, pack_import_problems, put_media_inputs, save_png,
 )
 
 try:   # the unit tests' description of the templates and core nodes needs the package importable
@@ -170,8 +170,10 @@ def check_registration(comfy: ComfyUI) -> dict:
         for name, spec in core["input"]["required"].items():
             kind, opts = spec
             real_kind, real_opts = real_inputs[name][0], (real_inputs[name][1] if len(real_inputs[name]) > 1 else {})
-            if kind == "FILE":
-                assert isinstance(real_kind, list) and real_opts.get("image_upload"), (node, name, real_inputs[name])
+            if kind == "FILE":            # a file list with its upload button (image, video or audio)
+                upload = next(key for key in ("image_upload", "video_upload", "audio_upload") if key in opts)
+                real_options = real_kind if isinstance(real_kind, list) else real_opts.get("options")
+                assert isinstance(real_options, list) and real_opts.get(upload), (node, name, real_inputs[name])
             elif isinstance(kind, list):
                 real_options = real_kind if isinstance(real_kind, list) else real_opts.get("options")
                 assert real_options == kind, (node, name, real_options)
@@ -252,6 +254,8 @@ def _new_errors(console: list, start: int) -> list:
             continue
         if kind == "pageerror" or (kind == "error" and not text.startswith("Failed to load resource")):
             errors.append((kind, text, url))
+        elif kind == "requestfailed" and text == "net::ERR_ABORTED" and "/view?type=input&filename=control.mp4" in url:
+            continue     # Load Video's <video> preview: the browser ends its own range requests as it buffers
         elif kind in ("http", "requestfailed") and any(part in url for part in OURS_IN_URL):
             errors.append((kind, text, url))
     return errors
@@ -289,7 +293,7 @@ def _save_thumbnail(png: Path, box: list[float], jpg: Path) -> int:
 # Type values into Generate video's number widgets the way the front end applies an edit (its
 # INT widgets snap an edit to min + k*step): the values the Wan2.2 rules ask for must survive.
 TYPE_VALUES_JS = """(values) => {
-  const node = app.graph._nodes.find(n => n.type === 'VLLMOmniGenerateVideo' || n.type === 'VLLMOmniGenerateBatch');
+  const node = app.graph._nodes.find(n => n.type.startsWith('VLLMOmniGenerate'));
   const got = [];
   for (const [name, value] of values) {
     const w = node.widgets.find(x => x.name === name);
@@ -302,6 +306,8 @@ TYPE_VALUES_JS = """(values) => {
 }"""
 MODEL_VALUES = [["frames", 81], ["frames", 121], ["frames", 5], ["width", 832], ["height", 480],
                 ["width", 1280], ["height", 704], ["steps", 40], ["seed", 123456789]]
+S2V_VALUES = [["frames", 80], ["frames", 16], ["width", 832], ["height", 448], ["steps", 40],   # frames per part
+              ["seed", 123456789]]
 
 
 def _template_browser_cards(page: Any) -> list[str]:
@@ -319,6 +325,7 @@ def _template_browser_cards(page: Any) -> list[str]:
 def check_templates_in_browser(comfy: ComfyUI, screenshots: Path, thumbnails: bool = False) -> dict:
     report: dict[str, Any] = {}
     names = sorted(tw.EXPECTED_TEMPLATES)
+    put_media_inputs(comfy.base / "input")      # the VACE / S2V loaders' files: their previews load
     with browser_page(comfy.url) as (page, console):
         report["frontend"] = page.evaluate("() => window.__COMFYUI_FRONTEND_VERSION__ || null")
         startup = _new_errors(console, 0)
@@ -346,7 +353,7 @@ def check_templates_in_browser(comfy: ComfyUI, screenshots: Path, thumbnails: bo
             twin = load_json(WORKFLOWS / "api" / f"{name}.api.json")
             assert result["api"] == twin, f"{name}: graphToPrompt() differs from the API twin:\n" \
                                           f"{json.dumps(result['api'], indent=1)[:3000]}"
-            typed = page.evaluate(TYPE_VALUES_JS, MODEL_VALUES)
+            typed = page.evaluate(TYPE_VALUES_JS, S2V_VALUES if "s2v" in name else MODEL_VALUES)
             snapped = [(w, v, got) for w, v, got in typed if got != v]
             assert not snapped, f"{name}: the UI turns typed values into others: {snapped}"
             page.wait_for_timeout(1000)            # previews (LoadImage's /view) and redraws
@@ -385,6 +392,35 @@ def check_templates_in_browser(comfy: ComfyUI, screenshots: Path, thumbnails: bo
         assert missing_seen, "the missing-node check did not notice an unknown node type"
         report["control_missing_node_dialog"] = [d[:100] for d in result["dialogs"]]
         close_dialogs(page)
+    return report
+
+
+def check_released_in_browser(comfy: ComfyUI) -> dict:
+    """Every frozen released UI workflow (tests/unit/released_workflows) loads in the front end as it did: no
+    missing node, none in error, no console error, and app.graphToPrompt() is its released API twin plus only
+    widgets appended since then (optional inputs), at their declared defaults."""
+    defs, report = tw.node_defs(), {}
+    with browser_page(comfy.url) as (page, console):
+        close_dialogs(page)
+        for ui_path in sorted(p for p in tw.RELEASED.glob("*.json") if not p.name.endswith(".api.json")):
+            name, mark = ui_path.stem, len(console)
+            result = page.evaluate(LOAD_AND_INSPECT_JS, [load_json(ui_path), name])
+            assert not result["dialogs"], f"{name}: dialog after load: {result['dialogs']}"
+            assert all(n["registered"] and not n["has_errors"] for n in result["nodes"]), (name, result["nodes"])
+            twin, api, appended = load_json(ui_path.with_name(f"{name}.api.json")), result["api"], {}
+            assert sorted(api) == sorted(twin), f"{name}: nodes {sorted(api)} != {sorted(twin)}"
+            for node_id, entry in twin.items():
+                got = api[node_id]["inputs"]
+                assert api[node_id]["class_type"] == entry["class_type"]
+                assert {k: got.get(k) for k in entry["inputs"]} == entry["inputs"], (name, node_id, got)
+                for key in sorted(set(got) - set(entry["inputs"])):
+                    spec = next(((s, section) for n, s, section in defs[entry["class_type"]].inputs if n == key), None)
+                    assert spec is not None and spec[1] == "optional" and got[key] == spec[0][1].get("default"), \
+                        f"{name}: {entry['class_type']}.{key} = {got[key]!r} is not an appended widget at its default"
+                    appended[f"{entry['class_type']}.{key}"] = got[key]
+            errors = _new_errors(console, mark)
+            assert not errors, f"{name}: console errors while loading: {errors}"
+            report[name] = {"nodes": len(result["nodes"]), "appended": appended}
     return report
 
 

@@ -7,6 +7,9 @@ system Chromium (CHROMIUM or chromium on PATH). The stub server python comes fro
 VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON, as for the other stub tests. Screenshots go to a
 temporary folder, or to COMFYUI_SCREENSHOTS (e.g. docs/screenshots) when set.
 
+COMFYUI_OLD_DIR (optional) names a ComfyUI older than the one the V3 nodes need (e.g. 0.3.47, before
+comfy_api.v0_0_2, or 0.3.60): it must log one line naming the ComfyUI needed and register no node.
+
 Two ComfyUI processes: one whose stub server starts quickly (0.5 s per denoise step) for
 the runs, caching and the front end; one whose stub spends minutes loading weights, for
 Cancel during a launch.
@@ -34,7 +37,9 @@ if not COMFYUI_DIR:
 import behaviour_checks as bc  # noqa: E402
 import run_batch_comfyui as batch  # noqa: E402
 import run_real_comfyui as real  # noqa: E402
-from comfy_harness import OUR_NODES, ComfyUI  # noqa: E402
+from comfy_harness import OUR_NODES, PACK_NAME, ComfyUI  # noqa: E402
+
+OLD_COMFYUI_DIR = os.environ.get("COMFYUI_OLD_DIR", "").strip()
 
 
 def _comfyui(work: Path, **stub_knobs: float) -> Iterator[tuple[ComfyUI, bc.LauncherLogs]]:
@@ -80,6 +85,20 @@ def test_comfyui_registers_our_nodes_without_import_failure(comfy):
     assert sorted(report["nodes"]) == sorted(OUR_NODES)
 
 
+def test_a_model_this_machine_lacks_is_refused_at_prompt_time_with_the_launchers_message(comfy, logs):
+    # V3 combos are not checked against their list by ComfyUI itself: validate_inputs does it (nodes/schema.py)
+    prompt = bc.ti2v_prompt(seed=909)
+    load = bc.node_of(prompt, "VLLMOmniLoadModel")
+    prompt[load]["inputs"]["model"] = "local/not-on-this-machine"
+    jobs = logs.jobs()
+    status, body = comfy.post("/prompt", {"prompt": prompt, "client_id": "v3-validate"})
+    errors = body.get("node_errors", {}).get(load, {}).get("errors", [])
+    assert status == 400 and errors, (status, body)
+    assert all(e["type"] == "custom_validation_failed" and e["extra_info"]["input_name"] == "model" for e in errors)
+    assert "not one of Load Model's choices on this machine" in errors[0]["details"], errors
+    assert logs.jobs() == jobs                                # nothing ran, nothing was sent
+
+
 def test_generate_batch_is_registered_with_a_list_of_videos(comfy):
     report = batch.check_registration(comfy)
     assert report["output_is_list"] == [False, False, True, False]
@@ -116,6 +135,11 @@ def test_every_template_loads_in_the_browser_without_missing_nodes_or_errors(com
     assert report["template_browser"]["cards"] == sorted(real.EXPECTED_TEMPLATES)
 
 
+def test_every_released_ui_workflow_loads_in_the_browser_as_its_released_api_twin(comfy):
+    report = real.check_released_in_browser(comfy)
+    assert sorted(report) == sorted(p.stem for p in real.tw.RELEASED.glob("*.json") if ".api." not in p.name)
+
+
 def test_generate_shows_its_denoise_step_and_progress_in_the_browser(comfy, screenshots):
     report = bc.screenshot_mid_denoise(comfy, screenshots / bc.MID_DENOISE_PNG)
     assert bc.STEP_TEXT.search(report["text"])
@@ -142,3 +166,18 @@ def test_local_server_shows_status_and_progress_in_the_browser_while_it_launches
     comfy, logs = slow_launch
     report = bc.screenshot_mid_launch(comfy, logs, screenshots / bc.MID_LAUNCH_PNG)
     assert report["text"] and report["progress"]
+
+
+@pytest.mark.skipif(not OLD_COMFYUI_DIR, reason="COMFYUI_OLD_DIR (a ComfyUI older than the pack needs) is not set")
+def test_a_comfyui_too_old_for_the_v3_nodes_logs_one_line_and_registers_no_node(tmp_path):
+    old = ComfyUI(Path(OLD_COMFYUI_DIR), os.environ.get("COMFYUI_PYTHON", sys.executable), real.launcher_env(tmp_path))
+    try:
+        old.wait_ready()
+        registered = [name for name in old.get("/object_info") if name.startswith("VLLMOmni")]
+        log = old.log()
+    finally:
+        old.stop()
+        old.cleanup()
+    lines = [line for line in log.splitlines() if "vLLM-Omni Launcher needs ComfyUI" in line]
+    assert registered == [] and len(lines) == 1 and "0.3.64 or newer" in lines[0], (registered, lines)
+    assert "Traceback" not in log and f"custom_nodes/{PACK_NAME}" in log      # imported, no half-registration

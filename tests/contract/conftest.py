@@ -43,16 +43,30 @@ new slow file or test there with the seconds ``--durations`` shows for it.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 import pytest
 
 import shared_stubs
 import stubserver
+from processes import assert_no_process_left
+
+from vllm_omni_launcher.server import registry
 
 SHARED = ("stub_pool", "upstream_resolver")   # session fixtures that own a process
 _CLOSE: dict[str, Callable[[], None]] = {}    # the open ones: fixture name -> close
 _WIDE_SCOPES = ("module", "class", "package")  # fixtures that outlive one test: one worker runs their users
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Iterator[Path]:
+    """A supervised server's data dir; afterwards every server is stopped and no stub process is left,
+    whatever a failing test left behind."""
+    path = tmp_path / "data"
+    yield path
+    registry.stop_all(timeout=15)
+    assert_no_process_left(path)
 
 
 @pytest.fixture(scope="session")

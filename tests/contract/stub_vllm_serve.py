@@ -44,7 +44,9 @@ What the fake GPU does
   size estimated from the configs, ``Model runner: Model loaded successfully.``, compile
   notes, ``Initialization complete``) through the real module loggers with the real
   source file/line in the record; without the ``(APIServer pid=..)`` prefix when the real
-  backend would be the multi-process one (worker processes).  A rank bound to a GPU the
+  backend would be the multi-process one (worker processes).  These lines are copies,
+  declared once in ``upstream_lines.py``: each must be logged by its module in the installed
+  upstream, or the stub exits 3 at start saying which one drifted.  A rank bound to a GPU the
   machine lacks fails like CUDA (``invalid device ordinal``).
 * Per request, what ``Wan22Pipeline.forward`` / ``Wan22I2VPipeline.forward`` decide before
   the GPU work: size floored to ``vae.scale_factor_spatial * patch_size`` (A14B /16,
@@ -128,6 +130,7 @@ import traceback  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 
 import upstream  # noqa: E402
+import upstream_lines  # noqa: E402
 
 upstream.server_python_ok()
 
@@ -234,34 +237,14 @@ WAN_CLASSES = {"WanPipeline", "WanDMDPipeline", "WanT2VDMD2Pipeline"} | I2V_CLAS
 
 
 # --------------------------------------------------------------------------- worker-side logging
-_LINE_CACHE: dict[tuple[str, str], int] = {}
-
-
-def _source_line(path: str, needle: str) -> int:
-    key = (path, needle)
-    if key not in _LINE_CACHE:
-        lineno = 0
-        try:
-            with open(path, encoding="utf-8") as f:
-                for i, line in enumerate(f, 1):
-                    if needle in line:
-                        lineno = i
-                        break
-        except OSError:
-            pass
-        _LINE_CACHE[key] = lineno
-    return _LINE_CACHE[key]
-
-
-def _module_path(module: str) -> str:
-    """Source file of ``module`` without importing it (its logger name is the module name)."""
-    import importlib.util
-
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        spec = None
-    return spec.origin if spec is not None and spec.origin else module.replace(".", "/") + ".py"
+# Every upstream line this stub prints is looked up in the installed upstream at start: a copy that
+# upstream no longer logs fails the start here, not a parser test later (upstream_lines.py).
+_UPSTREAM = upstream_lines.Finder()
+try:
+    _UPSTREAM.check(upstream_lines.installed_version())
+except upstream_lines.MissingUpstreamLine as missing:
+    sys.stderr.write(f"stub_vllm_serve.py: {missing}\n")
+    raise SystemExit(3) from None
 
 
 class WorkerLog:
@@ -274,13 +257,17 @@ class WorkerLog:
     def __init__(self, separate_process: bool) -> None:
         self.separate_process = separate_process
 
-    def emit(self, module: str, level: int, needle: str, msg: str, *args: object) -> None:
-        mod = sys.modules.get(module)
-        path = getattr(mod, "__file__", None) or _module_path(module)
-        logger = logging.getLogger(module)
+    def emit(self, key: str, level: int, *args: object) -> None:
+        """Log upstream's line `key` (upstream_lines.LINES) with `args`, from the line of the real
+        module's logging call; a line the installed upstream does not log raises MissingUpstreamLine."""
+        line = upstream_lines.LINES[key]
+        lineno = _UPSTREAM.line_of(line.module, line.message)
+        mod = sys.modules.get(line.module)
+        path = getattr(mod, "__file__", None) or upstream_lines.module_file(line.module)
+        logger = logging.getLogger(line.module)
         if not logger.isEnabledFor(level):
             return
-        record = logger.makeRecord(logger.name, level, path, _source_line(path, needle), msg, args, None)
+        record = logger.makeRecord(logger.name, level, path, lineno, line.message, args, None)
         if not self.separate_process:
             logger.handle(record)
             return
@@ -472,16 +459,11 @@ def crash(executor: "StubGpuExecutor") -> None:
     log = executor.log
     try:
         if executor.separate_workers:
-            log.emit("vllm_omni.diffusion.executor.multiproc_executor", logging.ERROR,
-                     "Diffusion worker(s) died unexpectedly", "Diffusion worker(s) died unexpectedly: %s",
+            log.emit("workers_died", logging.ERROR,
                      [f"DiffusionWorker-{r}(exitcode=-9, SIGKILL)" for r in range(executor.world_size)])
         else:
-            log.emit("vllm_omni.diffusion.executor.uniproc_executor", logging.ERROR,
-                     "Device context is unusable", "Device context is unusable after a worker failure: %s",
-                     "CUDA error: an illegal memory access was encountered")
-            log.emit("vllm_omni.diffusion.executor.uniproc_executor", logging.ERROR,
-                     "failed unrecoverably in-process",
-                     "Diffusion worker failed unrecoverably in-process; marking the executor dead.")
+            log.emit("device_unusable", logging.ERROR, "CUDA error: an illegal memory access was encountered")
+            log.emit("worker_dead", logging.ERROR)
         executor.mark_failed()
         sys.stderr.write("".join(traceback.format_exception_only(EngineDeadError())))
         sys.stderr.flush()
@@ -556,9 +538,7 @@ class StubGpuExecutor(DiffusionExecutor):
         od, log, facts = self.od_config, self.log, self.facts
         ranks = range(self.world_size) if self.separate_workers else range(1)
         for rank in ranks:
-            log.emit("vllm_omni.diffusion.worker.diffusion_worker", logging.INFO,
-                     "Initialized device and distributed environment",
-                     "Worker %s: Initialized device and distributed environment.", rank)
+            log.emit("worker_initialized", logging.INFO, rank)
         t0 = time.perf_counter()
         if facts.is_wan:
             from vllm_omni.diffusion.model_loader.hub_prefetch import prefetch_subfolders
@@ -574,25 +554,16 @@ class StubGpuExecutor(DiffusionExecutor):
             time.sleep(KNOBS.load_delay_s)
         gib = facts.gpu_bytes(od, self.world_size) / GiB
         for rank in ranks:
-            log.emit("vllm_omni.diffusion.model_loader.diffusers_loader", logging.INFO,
-                     "Loading weights took", "Loading weights took %.2f seconds", time.perf_counter() - t_weights)
-            log.emit("vllm_omni.diffusion.worker.diffusion_model_runner", logging.INFO,
-                     "Model loading took", "Model loading took %.4f GiB and %.6f seconds",
-                     gib, time.perf_counter() - t0)
-            log.emit("vllm_omni.diffusion.worker.diffusion_model_runner", logging.INFO,
-                     "Model runner: Model loaded successfully", "Model runner: Model loaded successfully.")
+            log.emit("weights_loaded", logging.INFO, time.perf_counter() - t_weights)
+            log.emit("model_loaded_size", logging.INFO, gib, time.perf_counter() - t0)
+            log.emit("model_loaded", logging.INFO)
             if not getattr(od, "enforce_eager", False):
                 for attr in facts.transformers:
-                    log.emit("vllm_omni.diffusion.worker.diffusion_model_runner", logging.INFO,
-                             "configured for lazy %s torch.compile",
-                             "Model runner: %s configured for lazy %s torch.compile with dynamic=%s; "
-                             "compilation errors may surface on the first request.",
+                    log.emit("lazy_compile", logging.INFO,
                              attr, getattr(od, "diffusion_compile_granularity", "regional"),
                              getattr(od, "diffusion_compile_dynamic", True))
-            log.emit("vllm_omni.diffusion.worker.diffusion_model_runner", logging.INFO,
-                     "Model runner: Initialization complete", "Model runner: Initialization complete.")
-            log.emit("vllm_omni.diffusion.worker.diffusion_worker", logging.INFO,
-                     "Initialization complete.\")", "Worker %s: Initialization complete.", rank)
+            log.emit("runner_ready", logging.INFO)
+            log.emit("worker_ready", logging.INFO, rank)
 
     def _shard_progress(self, shards: int) -> None:
         from tqdm import tqdm
@@ -679,8 +650,6 @@ class StubGpuExecutor(DiffusionExecutor):
         facts, od, sp = self.facts, self.od_config, req.sampling_params
         prompt = req.prompt
         text = prompt if isinstance(prompt, str) else (prompt.get("prompt") or "")
-        wan_logger = "vllm_omni.diffusion.models.wan2_2.pipeline_wan2_2_i2v" if facts.is_i2v \
-            else "vllm_omni.diffusion.models.wan2_2.pipeline_wan2_2"
         height = sp.height or 480
         width = sp.width or 832
         num_frames = sp.num_frames or 81
@@ -709,9 +678,7 @@ class StubGpuExecutor(DiffusionExecutor):
                 steps = 3
             resolve_wan_guidance_scales(sp, default_guidance_scale=5.0 if facts.is_i2v else 4.0)
             if od.boundary_ratio is None and sp.boundary_ratio is None:
-                self.log.emit(wan_logger, logging.WARNING, "boundary_ratio is required",
-                              "boundary_ratio is required for %s generation. using default value 0.875"
-                              % ("I2V" if facts.is_i2v else "T2V"))
+                self.log.emit("boundary_ratio_i2v" if facts.is_i2v else "boundary_ratio_t2v", logging.WARNING)
             if num_frames % facts.temporal != 1:
                 num_frames = num_frames // facts.temporal * facts.temporal + 1
             num_frames = max(num_frames, 1)

@@ -16,11 +16,10 @@ from typing import Any
 import pytest
 
 import frame_code
-from comfy_standin import ComfyStandIn, InterruptProcessingException
+from comfy_standin import ComfyStandIn, InterruptProcessingException, run_node
 from shared_stubs import KEY, T2V_KEYED, TI2V_OFFLOAD
 from stubserver import wait_for
 
-from vllm_omni_launcher import NODE_CLASS_MAPPINGS
 from vllm_omni_launcher.client.api import VideoClient, VideoRequest
 from vllm_omni_launcher.client.batch import BatchCancelled, run_batch
 from vllm_omni_launcher.errors import LauncherError
@@ -67,13 +66,12 @@ def test_cancel_deletes_every_submitted_and_queued_job(stub_pool):
 
 def test_generate_batch_node_returns_all_clips_with_one_bar_and_cancel_deletes_them(stub_pool):
     with stub_pool.lease(TI2V_OFFLOAD) as (stub,), ComfyStandIn() as comfy:
-        handle = NODE_CLASS_MAPPINGS["VLLMOmniRemoteServer"]().connect(stub.url, "ti2v_5b", unique_id="remote")[0]
-        node = NODE_CLASS_MAPPINGS["VLLMOmniGenerateBatch"]()
+        handle = run_node("VLLMOmniRemoteServer", stub.url, "ti2v_5b", unique_id="remote")[0]
         values: dict[str, Any] = dict(server=handle, prompts="a fox\n\na cat\n", negative_prompt="", width=64,
                                       height=64, frames=5, fps=12.0, steps=2, guidance=-1.0, guidance_2=-1.0,
                                       boundary_ratio=-1.0, flow_shift=-1.0, seed=40, batch_count=2,
                                       unique_id="batch")
-        image, fps, videos, summary = node.generate(**values)
+        image, fps, videos, summary = run_node("VLLMOmniGenerateBatch", **values)
         assert tuple(image.shape) == (4 * 5, 64, 64, 3) and str(image.dtype) == "torch.float32" and fps == 12.0
         assert [frame_code.decode(f) for f in image.numpy()] == [(i, s) for s in (40, 41, 40, 41) for i in range(5)]
         assert isinstance(videos, list) and len(videos) == 4
@@ -90,7 +88,7 @@ def test_generate_batch_node_returns_all_clips_with_one_bar_and_cancel_deletes_t
         comfy.texts.clear()
         values.update(steps=200, seed=50, frames=9)
         with ThreadPoolExecutor(1) as pool:                # ComfyUI runs nodes on a worker thread too
-            running = pool.submit(node.generate, **values)
+            running = pool.submit(run_node, "VLLMOmniGenerateBatch", **values)
             wait_for(lambda: any(t.startswith("Clip 1/4:") for t, _ in comfy.texts), 60, "the first clip to run")
             comfy.interrupt.set()
             interrupted = running.exception(timeout=30)

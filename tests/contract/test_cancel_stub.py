@@ -16,18 +16,18 @@ import pytest
 
 import stubserver
 from stubserver import wait_for
-from test_supervisor import alive
+from processes import alive
 
 from vllm_omni_launcher.client.api import VideoClient, VideoRequest
-from vllm_omni_launcher.server.cancel_policy import DRAIN, RESTART, CancelPolicy
-from vllm_omni_launcher.server.local_config import LocalConfig
-from vllm_omni_launcher.server.spec import LaunchSpec
-from vllm_omni_launcher.server.supervisor import Supervisor
+from vllm_omni_launcher.server.supervision.cancel_policy import DRAIN, RESTART, CancelPolicy
+from vllm_omni_launcher.server.config.local_config import LocalConfig
+from vllm_omni_launcher.server.launch.spec import LaunchSpec
+from vllm_omni_launcher.server.supervision.supervisor import Supervisor
 
 TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
 START_S = 420.0
 STEP_S = 5.0
-LOGGER = "vllm_omni_launcher.server.recovery"
+LOGGER = "vllm_omni_launcher.server.supervision.cancel_watch"
 
 
 @pytest.fixture(scope="module")

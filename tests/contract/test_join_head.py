@@ -38,16 +38,17 @@ import pytest
 
 import stubserver
 from stubserver import wait_for
-from test_supervisor import alive, data_dir, stub_pids, submit, wait_job  # noqa: F401 (fixture)
+from processes import alive, stub_pids
+from supervised_jobs import submit, wait_job
 from two_boxes import ESTABLISHED, Boxes, tcp_sockets
 
 from vllm_omni_launcher.errors import LauncherError
-from vllm_omni_launcher.server import probe, process_group
-from vllm_omni_launcher.server.local_config import LocalConfig
-from vllm_omni_launcher.server.logwatch import DenoiseProgress
-from vllm_omni_launcher.server.multi_host import HeadRole, JoinRole, probe_tcp
+from vllm_omni_launcher.server.process import probe, process_group
+from vllm_omni_launcher.server.config.local_config import LocalConfig
+from vllm_omni_launcher.server.logs.logwatch import DenoiseProgress
+from vllm_omni_launcher.server.supervision.multi_host import HeadRole, JoinRole, probe_tcp
 from vllm_omni_launcher.server.registry import Status, Supervisor
-from vllm_omni_launcher.server.spec import LaunchSpec
+from vllm_omni_launcher.server.launch.spec import LaunchSpec
 
 T = TypeVar("T")
 TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"

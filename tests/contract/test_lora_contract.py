@@ -19,9 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from comfy_standin import ComfyStandIn
+from comfy_standin import ComfyStandIn, run_node
 from stubserver import STUB_SCRIPT, server_python
-from vllm_omni_launcher import NODE_CLASS_MAPPINGS
 from vllm_omni_launcher.cli.launch_options import add_launch_options, spec_from_args
 from vllm_omni_launcher.client.api import VideoClient
 from vllm_omni_launcher.client.request import RequestLora, VideoRequest
@@ -29,8 +28,8 @@ from vllm_omni_launcher.errors import LauncherError
 from vllm_omni_launcher.models import FAMILIES
 from vllm_omni_launcher.nodes import comfy_bridge
 from vllm_omni_launcher.server import registry
-from vllm_omni_launcher.server.loras import LoraEntry, plan_loras
-from vllm_omni_launcher.server.spec import LaunchSpec
+from vllm_omni_launcher.server.launch.loras import LoraEntry, plan_loras
+from vllm_omni_launcher.server.launch.spec import LaunchSpec
 
 T2V, TI2V = "Wan-AI/Wan2.2-T2V-A14B-Diffusers", "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
 HERE = Path(__file__).resolve().parent
@@ -115,7 +114,7 @@ def stub_env(tmp_path_factory):
 
 
 def _serving():
-    return NODE_CLASS_MAPPINGS["VLLMOmniServingConfig"]().configure(
+    return run_node("VLLMOmniServingConfig", 
         gpus="all", parallel_mode="none", parallel_degree=1, vae_patch_parallel=1, offload="none", fp8=False,
         vae_tiling=False, cache_backend="none", compile=False, keep_alive_minutes=0, auto_fallback=False)[0]
 
@@ -126,19 +125,18 @@ def test_per_request_lora_keeps_the_server_and_a_fused_one_restarts_it(stub_env,
     _peft_folder(loras / "style_b")
     _lora_file(loras / "distill.safetensors")
     monkeypatch.setattr(comfy_bridge, "lora_folders", lambda: [loras])
-    load, lora, local = (NODE_CLASS_MAPPINGS[k]() for k in ("VLLMOmniLoadModel", "VLLMOmniLora", "VLLMOmniLocalServer"))
-    base = load.load(TI2V)[0]
+    base = run_node("VLLMOmniLoadModel", TI2V)[0]
     with ComfyStandIn() as comfy:
-        first = local.start(lora.apply(base, "style_a/", 2.0, "both")[0], _serving(), unique_id="srv")[0]
+        first = run_node("VLLMOmniLocalServer", run_node("VLLMOmniLora", base, "style_a/", 2.0, "both")[0], _serving(), unique_id="srv")[0]
         assert first.lora == RequestLora("style_a/", str(loras / "style_a"), 2.0)
         assert any("per request (no restart" in text for text, _ in comfy.texts)
         sup = registry.find(first.server_id)
-        second = local.start(lora.apply(base, "style_b/", 1.0, "both")[0], _serving(), unique_id="srv")[0]
+        second = run_node("VLLMOmniLocalServer", run_node("VLLMOmniLora", base, "style_b/", 1.0, "both")[0], _serving(), unique_id="srv")[0]
         assert second.server_id == first.server_id and registry.find(second.server_id) is sup   # same process
         assert second.lora.path == str(loras / "style_b")
 
         # the per-request LoRA and the sampler go through the real form parser
-        frames, fps, _ = NODE_CLASS_MAPPINGS["VLLMOmniGenerateVideo"]().generate(
+        frames, fps, _ = run_node("VLLMOmniGenerateVideo", 
             second, "a fox", "", 64, 64, 9, 12.0, 3, -1.0, -1.0, -1.0, -1.0, 7, sampler="euler", unique_id="gen")
         assert tuple(frames.shape) == (9, 64, 64, 3)
         with VideoClient(sup.url, api_key=sup.api_key, served_name=sup.spec.served_name) as client:
@@ -148,7 +146,7 @@ def test_per_request_lora_keeps_the_server_and_a_fused_one_restarts_it(stub_env,
         assert "both name and path are required" in (err.value.raw or "") + str(err.value)
 
         comfy.texts.clear()
-        fused = local.start(lora.apply(base, "distill.safetensors", 1.0, "both")[0], _serving(), unique_id="srv")[0]
+        fused = run_node("VLLMOmniLocalServer", run_node("VLLMOmniLora", base, "distill.safetensors", 1.0, "both")[0], _serving(), unique_id="srv")[0]
         assert fused.server_id != first.server_id and fused.lora is None
         assert registry.find(first.server_id) is None                    # the old server was replaced
         assert "--lora-path" in registry.find(fused.server_id).spec.flags()

@@ -1,6 +1,6 @@
 """Fused LoRA strengths other than 1 against the real vLLM-Omni 0.30 loader (issue 13).
 
-The launcher serves strength S of a single-file LoRA by fusing a scaled copy (server/lora_files.py).
+The launcher serves strength S of a single-file LoRA by fusing a scaled copy (server/launch/lora_files.py).
 Here the copy is made by the launcher's own code from the ComfyUI-format LoRA bench/make_tiny_lora.py
 writes for the tiny Wan2.2 TI2V transformer, and the real distill loader (diffusers' Wan converter
 with alpha/rank, vLLM-Omni's fusing) fuses both on CPU (lora_strength_check.py, run in the session's
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from stubserver import Resolver
 from vllm_omni_launcher.models import FAMILIES
-from vllm_omni_launcher.server.loras import LoraEntry, plan_loras
+from vllm_omni_launcher.server.launch.loras import LoraEntry, plan_loras
 
 HERE = Path(__file__).resolve().parent
 TINY = HERE / "fixtures" / "lora" / "tiny-wan22-ti2v"

@@ -13,16 +13,16 @@ import pytest
 import requests
 
 import frame_code
-from comfy_standin import ComfyStandIn, InterruptProcessingException
+from comfy_standin import ComfyStandIn, InterruptProcessingException, run_node
 from stubserver import STUB_SCRIPT, server_python
-from test_supervisor import alive, assert_no_process_left, stub_pids
-from vllm_omni_launcher import NODE_CLASS_MAPPINGS
+from processes import alive, assert_no_process_left, stub_pids
+from vllm_omni_launcher.nodes import NODES
 from vllm_omni_launcher.errors import LauncherError
 from vllm_omni_launcher.nodes.handles import ServerHandle
-from vllm_omni_launcher.server import failures
+from vllm_omni_launcher.server.logs import failures
 from vllm_omni_launcher.server import registry as supervisor
-from vllm_omni_launcher.server.failures import ServerFailure
-from vllm_omni_launcher.server.log_files import logs_dir
+from vllm_omni_launcher.server.logs.failures import ServerFailure
+from vllm_omni_launcher.server.process.log_files import logs_dir
 
 TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
 
@@ -32,7 +32,7 @@ def _serving(**overrides):
                   fp8=False, vae_tiling=False, cache_backend="none", compile=False, keep_alive_minutes=0,
                   auto_fallback=False)
     values.update(overrides)
-    return NODE_CLASS_MAPPINGS["VLLMOmniServingConfig"]().configure(**values)[0]
+    return run_node("VLLMOmniServingConfig", **values)[0]
 
 
 def _generate(handle, **overrides):
@@ -40,7 +40,7 @@ def _generate(handle, **overrides):
                   fps=12.0, steps=3, guidance=-1.0, guidance_2=-1.0, boundary_ratio=-1.0, flow_shift=-1.0,
                   seed=5, unique_id="gen")
     values.update(overrides)
-    return NODE_CLASS_MAPPINGS["VLLMOmniGenerateVideo"]().generate(**values)
+    return run_node("VLLMOmniGenerateVideo", **values)
 
 
 class _Env:
@@ -94,19 +94,23 @@ def local(tmp_path_factory):
     with _Env(VLLM_OMNI_LAUNCHER_SERVER_CMD=f"{server_python()} {STUB_SCRIPT}",
               VLLM_OMNI_LAUNCHER_DATA_DIR=str(data), VLLM_OMNI_STUB_STEP_S="0.1",
               VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB="80"), ComfyStandIn() as comfy:
-        model = NODE_CLASS_MAPPINGS["VLLMOmniLoadModel"]().load(TI2V)[0]
-        handle = NODE_CLASS_MAPPINGS["VLLMOmniLocalServer"]().start(model, _serving(), unique_id="srv")[0]
+        model = run_node("VLLMOmniLoadModel", TI2V)[0]
+        handle = run_node("VLLMOmniLocalServer", model, _serving(), unique_id="srv")[0]
         try:
             yield handle, comfy
         finally:
             supervisor.stop_all()
 
 
-def test_nodes_register_with_v1_attributes():
-    assert len(NODE_CLASS_MAPPINGS) == 10 and all(k.startswith("VLLMOmni") for k in NODE_CLASS_MAPPINGS)
-    for cls in NODE_CLASS_MAPPINGS.values():
-        assert isinstance(cls.INPUT_TYPES(), dict) and isinstance(cls.RETURN_TYPES, tuple)
-        assert hasattr(cls, cls.FUNCTION) and cls.CATEGORY == "vLLM-Omni"
+RELEASED_NODES = {"VLLMOmniLoadModel", "VLLMOmniServingConfig", "VLLMOmniLora", "VLLMOmniLocalServer",
+                  "VLLMOmniRemoteServer", "VLLMOmniGenerateVideo", "VLLMOmniGenerateBatch", "VLLMOmniStopServer",
+                  "VLLMOmniServerStatus", "VLLMOmniDoctor"}
+
+
+def test_the_released_nodes_keep_their_ids_and_every_node_has_the_prefix_inputs_and_outputs():
+    assert RELEASED_NODES <= set(NODES) and all(k.startswith("VLLMOmni") and NODES[k].node_id == k for k in NODES)
+    for node in NODES.values():
+        assert isinstance(node.inputs(), list) and node.outputs and node.display_name.startswith("vLLM-Omni ")
 
 
 def test_local_server_handle_is_small_and_secret_free(local):
@@ -150,15 +154,14 @@ def test_invalid_requests_fail_before_any_http(local):
 def test_remote_server_with_key_from_local_config(local, monkeypatch):
     handle, comfy = local
     sup = supervisor.find(handle.server_id)
-    remote_node = NODE_CLASS_MAPPINGS["VLLMOmniRemoteServer"]()
     with pytest.raises(LauncherError) as err:                 # no key configured for this origin
-        remote_node.connect(handle.url, "ti2v_5b")
+        run_node("VLLMOmniRemoteServer", handle.url, "ti2v_5b")
     assert "requires an API key" in err.value.what
     # The operator names the server and its key (the environment's pair is the server "env").
     monkeypatch.setenv("VLLM_OMNI_LAUNCHER_REMOTE_URL", handle.url)
     monkeypatch.setenv("VLLM_OMNI_LAUNCHER_REMOTE_API_KEY", sup.api_key)
-    by_url = remote_node.connect(handle.url + "/v1", "ti2v_5b")[0]
-    remote = remote_node.connect("", "ti2v_5b", "env")[0]
+    by_url = run_node("VLLMOmniRemoteServer", handle.url + "/v1", "ti2v_5b")[0]
+    remote = run_node("VLLMOmniRemoteServer", "", "ti2v_5b", "env")[0]
     assert by_url.url == remote.url == handle.url and remote.remote_name == "env"
     assert remote.kind == "remote" and remote.served_name == TI2V and sup.api_key not in repr(remote)
     comfy.texts.clear()
@@ -186,7 +189,7 @@ def test_cancel_of_a_remote_job_explains_what_the_server_still_does(local, monke
     sup = supervisor.find(handle.server_id)
     monkeypatch.setenv("VLLM_OMNI_LAUNCHER_REMOTE_URL", handle.url)
     monkeypatch.setenv("VLLM_OMNI_LAUNCHER_REMOTE_API_KEY", sup.api_key)
-    remote = NODE_CLASS_MAPPINGS["VLLMOmniRemoteServer"]().connect("", "ti2v_5b", "env")[0]
+    remote = run_node("VLLMOmniRemoteServer", "", "ti2v_5b", "env")[0]
     comfy.texts.clear()
     worker, result = _in_thread(lambda: _generate(remote, steps=30, frames=5))
     deadline = time.monotonic() + 60
@@ -218,9 +221,9 @@ def test_generate_starts_a_stopped_local_server_again_without_rerunning_local_se
 def test_status_node_reports_the_server(local):
     handle, comfy = local
     live = supervisor.find(handle.server_id)          # after the restart above: a new port, same handle
-    out = NODE_CLASS_MAPPINGS["VLLMOmniServerStatus"]().report(server=handle, unique_id="status")
-    assert live.url in out["result"][0] and "GPUs all visible" in out["result"][0]
-    assert comfy.texts[-1] == (out["result"][0], "status")
+    out = run_node("VLLMOmniServerStatus", server=handle, unique_id="status")
+    assert live.url in out[0] and "GPUs all visible" in out[0]
+    assert comfy.texts[-1] == (out[0], "status")
 
 
 def test_cancel_while_local_server_starts_ends_the_launch_at_once(tmp_path, monkeypatch):
@@ -228,9 +231,9 @@ def test_cancel_while_local_server_starts_ends_the_launch_at_once(tmp_path, monk
     within a few seconds, says so, and leaves no server process."""
     _fresh_launcher(tmp_path, monkeypatch, VLLM_OMNI_STUB_LOAD_DELAY_S="120")
     with ComfyStandIn() as comfy:
-        model = NODE_CLASS_MAPPINGS["VLLMOmniLoadModel"]().load(TI2V)[0]
+        model = run_node("VLLMOmniLoadModel", TI2V)[0]
         worker, result = _in_thread(
-            lambda: NODE_CLASS_MAPPINGS["VLLMOmniLocalServer"]().start(model, _serving(), unique_id="srv"))
+            lambda: run_node("VLLMOmniLocalServer", model, _serving(), unique_id="srv"))
         try:
             time.sleep(3.0)
             cancelled_at = time.monotonic()
@@ -251,8 +254,8 @@ def test_cancel_deletes_the_job_and_restarts_a_server_still_busy(tmp_path, monke
     keeps denoising, so the supervisor's hard cancel restarts the server to free the GPU."""
     _fresh_launcher(tmp_path, monkeypatch, VLLM_OMNI_STUB_HANG_IN_JOB="1")
     with ComfyStandIn() as comfy:
-        model = NODE_CLASS_MAPPINGS["VLLMOmniLoadModel"]().load(TI2V)[0]
-        handle = NODE_CLASS_MAPPINGS["VLLMOmniLocalServer"]().start(model, _serving(), unique_id="srv")[0]
+        model = run_node("VLLMOmniLoadModel", TI2V)[0]
+        handle = run_node("VLLMOmniLocalServer", model, _serving(), unique_id="srv")[0]
         sup = supervisor.find(handle.server_id)
         try:
             generation, busy_pid = sup.generation, sup.status().pid
@@ -287,15 +290,15 @@ def test_auto_serving_falls_back_down_the_planner_ladder_on_oom(tmp_path, monkey
     """Serving 'auto' on an 80 GB card picks no offload for TI2V-5B; the stub (like a real card that
     is fuller than planned) runs out of memory at load unless CPU offload is on. The supervisor
     asks the planner for the next rung, relaunches once with it, and the node says what changed.
-    This is also the supervisor's OOM-fallback test (Supervisor._launch_with_fallback: the leaner
+    This is also the supervisor's OOM-fallback test (supervision/starting.py, Starter.start: the leaner
     spec is tried once, noted, and the server stays findable under the requested fingerprint)."""
     _fresh_launcher(tmp_path, monkeypatch, VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB="80",
                     VLLM_OMNI_STUB_OOM_UNLESS="--enable-cpu-offload,--enable-layerwise-offload")
     with ComfyStandIn() as comfy:
-        model = NODE_CLASS_MAPPINGS["VLLMOmniLoadModel"]().load(TI2V)[0]
+        model = run_node("VLLMOmniLoadModel", TI2V)[0]
         serving = _serving(gpus="auto", parallel_mode="auto", auto_fallback=True)
         try:
-            handle = NODE_CLASS_MAPPINGS["VLLMOmniLocalServer"]().start(model, serving, unique_id="srv")[0]
+            handle = run_node("VLLMOmniLocalServer", model, serving, unique_id="srv")[0]
             sup = supervisor.find(handle.server_id)
             assert sup is not None and sup.ready()
             assert sup.spec.memory.offload in ("module", "layerwise")       # what finally fit
@@ -310,7 +313,7 @@ def test_auto_serving_falls_back_down_the_planner_ladder_on_oom(tmp_path, monkey
             assert len(pids) == 2 and not alive(pids[0]) and alive(pids[1])   # one failed start, one relaunch
             texts = "\n".join(t for t, _ in comfy.texts)
             assert "Recommended" in texts and "offload" in texts            # plan and change shown on the node
-            again = NODE_CLASS_MAPPINGS["VLLMOmniLocalServer"]().start(model, serving, unique_id="srv")[0]
+            again = run_node("VLLMOmniLocalServer", model, serving, unique_id="srv")[0]
             assert supervisor.find(again.server_id) is sup and stub_pids(tmp_path) == pids   # the same request reuses it
             image, _, _ = _generate(handle, frames=5)
             assert tuple(image.shape) == (5, 64, 64, 3)
@@ -325,11 +328,11 @@ def test_auto_fallback_off_stops_with_the_plan_and_the_fix(tmp_path, monkeypatch
     _fresh_launcher(tmp_path, monkeypatch, VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB="80",
                     VLLM_OMNI_STUB_OOM_AT_LOAD="1")
     with ComfyStandIn() as comfy:
-        model = NODE_CLASS_MAPPINGS["VLLMOmniLoadModel"]().load(TI2V)[0]
+        model = run_node("VLLMOmniLoadModel", TI2V)[0]
         serving = _serving(gpus="auto", parallel_mode="auto", auto_fallback=False)
         try:
             with pytest.raises(ServerFailure) as caught:
-                NODE_CLASS_MAPPINGS["VLLMOmniLocalServer"]().start(model, serving, unique_id="srv")
+                run_node("VLLMOmniLocalServer", model, serving, unique_id="srv")
             err = caught.value
             assert isinstance(err, LauncherError) and "out of memory" in str(err).lower()
             assert err.kind == failures.OOM_LOAD and err.setting == "offload"

@@ -20,12 +20,12 @@ from typing import Any
 
 import stubserver
 from stubserver import wait_for
-from test_supervisor import (alive, assert_no_process_left, data_dir, stub_pids, submit,  # noqa: F401 (fixture)
-                             wait_job)
+from processes import alive, assert_no_process_left, stub_pids
+from supervised_jobs import submit, wait_job
 
-from vllm_omni_launcher.server.local_config import LocalConfig
+from vllm_omni_launcher.server.config.local_config import LocalConfig
 from vllm_omni_launcher.server.registry import Status, Supervisor
-from vllm_omni_launcher.server.spec import LaunchSpec, ParallelConfig
+from vllm_omni_launcher.server.launch.spec import LaunchSpec, ParallelConfig
 
 TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
 T2V = "Wan-AI/Wan2.2-T2V-A14B-Diffusers"
@@ -90,10 +90,10 @@ def test_a_dead_replica_restarts_the_server_and_stop_leaves_nothing(data_dir: Pa
         assert any(wanted in s.text and "; restarting in" in s.text for s in seen), [s.text for s in seen]
         # The restart: the whole old group goes and a new server process starts.  Generation 2 is not
         # waited for to be ready (three more vLLM imports, one after the other): the relaunch after a
-        # dead replica is Recovery._restart_after(failure, "crash") -> _relaunch -> _launch_once, the
+        # dead replica is Recovery._restart_after(failure, "crash") -> _relaunch -> Starter._once, the
         # same path that test_supervisor.py::test_oom_in_job_keeps_the_server_and_a_hang_restarts_it
-        # proves ready, counted, "Restarted after: ..." and serving jobs; and _launch_once records the
-        # ready server's replica processes (_watch_replicas) for every generation, which generation 1
+        # proves ready, counted, "Restarted after: ..." and serving jobs; and each ready generation has its
+        # replica processes recorded (Recovery.watch_ready), which generation 1
         # above proves.
         wait_for(lambda: sup.generation == 2 and (p := sup.status().pid) is not None and p != api, 120,
                  "the restart to spawn generation 2's server process")

@@ -13,8 +13,8 @@ import itertools
 import pytest
 
 from vllm_omni_launcher.errors import SpecError
-from vllm_omni_launcher.server.flags import NONEXISTENT_FLAGS
-from vllm_omni_launcher.server.spec import LaunchSpec, MemoryConfig, ParallelConfig, RuntimeConfig
+from vllm_omni_launcher.server.launch.flags import NONEXISTENT_FLAGS
+from vllm_omni_launcher.server.launch.spec import LaunchSpec, MemoryConfig, ParallelConfig, RuntimeConfig
 
 MODELS = ("Wan-AI/Wan2.2-T2V-A14B-Diffusers", "Wan-AI/Wan2.2-I2V-A14B-Diffusers", "Wan-AI/Wan2.2-TI2V-5B-Diffusers")
 VISIBLE = 8

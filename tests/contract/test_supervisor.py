@@ -23,21 +23,25 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Optional
 
 import psutil
 import pytest
-import requests
 
 import stubserver
+from processes import alive, assert_no_process_left, stub_pids
 from stubserver import wait_for
+from supervised_jobs import auth, job_state, session, submit, wait_job
 
-from vllm_omni_launcher.server import failures, process_group, registry, state_file
-from vllm_omni_launcher.server.cancel_policy import RESTART, CancelPolicy
-from vllm_omni_launcher.server.failures import ServerFailure
-from vllm_omni_launcher.server.local_config import LocalConfig
-from vllm_omni_launcher.server.spec import LaunchSpec, RuntimeConfig
-from vllm_omni_launcher.server.registry import Status, Supervisor
+from vllm_omni_launcher.server import registry
+from vllm_omni_launcher.server.logs import failures
+from vllm_omni_launcher.server.process import process_group
+from vllm_omni_launcher.server.storage import state_file
+from vllm_omni_launcher.server.supervision.cancel_policy import RESTART, CancelPolicy
+from vllm_omni_launcher.server.logs.failures import ServerFailure
+from vllm_omni_launcher.server.config.local_config import LocalConfig
+from vllm_omni_launcher.server.launch.spec import LaunchSpec, RuntimeConfig
+from vllm_omni_launcher.server.registry import Status
 
 TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
 START_S = 420.0          # bound for one stub start (it imports vLLM on a small CI box)
@@ -56,72 +60,12 @@ def spec_for(gpus: Optional[tuple[int, ...]] = (0,), **changes: Any) -> LaunchSp
     return LaunchSpec(model=TI2V, gpus=gpus, **changes)
 
 
-def stub_pids(data_dir: Path) -> list[int]:
-    """Every STUB_PID a stub printed into any server log under data_dir, oldest log first."""
-    pids = []
-    for log in sorted((data_dir / "logs").glob("*.log*"), key=lambda p: p.stat().st_mtime_ns):
-        pids += [int(p) for p in re.findall(r"STUB_PID=(\d+)", log.read_text(errors="replace"))]
-    return pids
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def assert_no_process_left(data_dir: Path, pgids: tuple[int, ...] = ()) -> None:
-    pids = stub_pids(data_dir)
-    wait_for(lambda: not any(alive(p) for p in pids), 30, f"stub processes {pids} to exit")
-    for pgid in pgids:
-        wait_for(lambda: not process_group.group_members(pgid), 30, f"process group {pgid} to empty")
-
-
-def session() -> requests.Session:
-    s = requests.Session()
-    s.trust_env = False           # no proxy between us and 127.0.0.1
-    return s
-
-
-def auth(sup: Supervisor) -> dict[str, str]:
-    return {"Authorization": f"Bearer {sup.api_key}"} if sup.api_key else {}
-
-
-def submit(sup: Supervisor, steps: int = 4, seed: int = 1) -> str:
-    fields = {"prompt": "a red fox in snow", "width": "256", "height": "128", "num_frames": "9", "fps": "16",
-              "num_inference_steps": str(steps), "seed": str(seed)}
-    r = session().post(f"{sup.url}/v1/videos", files={k: (None, v) for k, v in fields.items()},
-                       headers=auth(sup), timeout=60)
-    assert r.status_code == 200, r.text
-    sup.mark_job_activity()
-    return r.json()["id"]
-
-
-def job_state(sup: Supervisor, job_id: str) -> dict[str, Any]:
-    r = session().get(f"{sup.url}/v1/videos/{job_id}", headers=auth(sup), timeout=30)
-    return r.json()
-
-
-def wait_job(sup: Supervisor, job_id: str, timeout: float = 120) -> dict[str, Any]:
-    return wait_for(lambda: (lambda b: b if b.get("status") in ("completed", "failed") else None)(
-        job_state(sup, job_id)), timeout, f"job {job_id} to finish", interval=0.2)
-
-
 def phases_of(statuses: list[Status]) -> list[str]:
     out: list[str] = []
     for s in statuses:
         if not out or out[-1] != s.phase:
             out.append(s.phase)
     return out
-
-
-@pytest.fixture
-def data_dir(tmp_path: Path) -> Iterator[Path]:
-    path = tmp_path / "data"
-    yield path
-    registry.stop_all(timeout=15)          # whatever a failing test left, never leak a server
-    assert_no_process_left(path)
 
 
 # ---- one server's life: slow load, progress, hard cancel, crash after ready (up to its restart) --
@@ -250,7 +194,7 @@ def test_oom_in_job_keeps_the_server_and_a_hang_restarts_it(data_dir: Path) -> N
 # ---- OOM while loading (explained, never retried) and the OOM fallback (the leaner spec tried once,
 #      noted): test_nodes_stub.py::test_auto_fallback_off_stops_with_the_plan_and_the_fix and
 #      ::test_auto_serving_falls_back_down_the_planner_ladder_on_oom drive the same
-#      registry.get_or_start -> Supervisor._launch_with_fallback through the Local Server node.
+#      registry.get_or_start -> Starter.start (supervision/starting.py) through the Local Server node.
 
 
 # ---- cancel while the real server loads its weights: LaunchCancelled, nothing left ----------
@@ -348,9 +292,9 @@ OWNER = textwrap.dedent("""
     import json, os, sys, threading
     sys.path.insert(0, sys.argv[2])
     import stubserver
-    from vllm_omni_launcher.server.local_config import LocalConfig
-    from vllm_omni_launcher.server.spec import LaunchSpec
-    from vllm_omni_launcher.server.supervisor import Supervisor
+    from vllm_omni_launcher.server.config.local_config import LocalConfig
+    from vllm_omni_launcher.server.launch.spec import LaunchSpec
+    from vllm_omni_launcher.server.supervision.supervisor import Supervisor
     config = LocalConfig(server_command=(stubserver.server_python(), str(stubserver.STUB_SCRIPT)),
                          data_dir=sys.argv[1], gpu_lock_dir=os.environ["VLLM_OMNI_LAUNCHER_GPU_LOCK_DIR"],
                          startup_timeout_s=600)

@@ -30,7 +30,7 @@ import subprocess
 import threading
 from typing import Any, Callable, Optional, Sequence, TypeVar, Union
 
-from vllm_omni_launcher.server.port_owner import socket_inodes   # the launcher's own /proc/PID/fd reader
+from vllm_omni_launcher.server.process.port_owner import socket_inodes   # the launcher's own /proc/PID/fd reader
 
 T = TypeVar("T")
 CLONE_NEWNET = 0x40000000

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from vllm_omni_launcher.planner.auto_model import pick_model
-from vllm_omni_launcher.server.local_config import LocalConfig
+from vllm_omni_launcher.server.config.local_config import LocalConfig
 
 T2V = "Wan-AI/Wan2.2-T2V-A14B-Diffusers"
 TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"

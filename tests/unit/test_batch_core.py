@@ -2,39 +2,36 @@
 
 The server here is a fake *client* (FakeClient): it plays a scripted vLLM-Omni job queue at the
 interface run_batch uses (clip_bounds / submit / status / download_decoded / delete / job_failure /
-wait_for_next_poll),
-and the
-first test checks that interface against the real VideoClient's, so the fake cannot drift from
+wait_for_next_poll), and the first test checks that interface against the real VideoClient's, so the fake cannot drift from
 it. Its MP4s are real H.264 clips (frame_code frames: each decoded frame says its index and seed).
+Where the requests fix the clip's shape (bounds.expected_shape), the batch's rows exist before the
+first download and every clip, the first included, decodes straight into its rows; a clip decoded
+elsewhere is still copied in, and a clip of another shape is refused before it is decoded.
 """
 from __future__ import annotations
 
 import inspect
-import sys
 import time
 import tracemalloc
-from pathlib import Path
 from typing import Any, Callable, Optional
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import frame_code  # noqa: E402
-from test_frames import encode_clip  # noqa: E402
+import frame_code
+from clips import encode_clip
 
-from vllm_omni_launcher.client.api import VideoClient  # noqa: E402
-from vllm_omni_launcher.client.http_errors import job_failed_error  # noqa: E402
-from vllm_omni_launcher.client.batch import BatchCancelled, BatchUpdate, run_batch  # noqa: E402
-from vllm_omni_launcher.client.bounds import ClipBounds  # noqa: E402
-from vllm_omni_launcher.client.clip_memory import check_clip_memory  # noqa: E402
-from vllm_omni_launcher.client.frames import decode_mp4  # noqa: E402
-from vllm_omni_launcher.client.job_results import GenerationCancelled, JobState  # noqa: E402
-from vllm_omni_launcher.client.request import VideoRequest  # noqa: E402
-from vllm_omni_launcher.client.streamed_download import StreamedVideo  # noqa: E402
-from vllm_omni_launcher.client.transport import sleep_checking  # noqa: E402
-from vllm_omni_launcher.errors import LauncherError  # noqa: E402
+from vllm_omni_launcher.client.api import VideoClient
+from vllm_omni_launcher.client.http_errors import job_failed_error
+from vllm_omni_launcher.client.batch import BatchCancelled, BatchUpdate, run_batch
+from vllm_omni_launcher.client.bounds import ClipBounds, expected_shape
+from vllm_omni_launcher.client.clip_memory import check_clip_memory
+from vllm_omni_launcher.client.frames import decode_mp4
+from vllm_omni_launcher.client.job_results import GenerationCancelled, JobState
+from vllm_omni_launcher.client.request import FrameInterpolation, VideoRequest
+from vllm_omni_launcher.client.streamed_download import StreamedVideo
+from vllm_omni_launcher.client.transport import sleep_checking
+from vllm_omni_launcher.errors import LauncherError
 
 W, H, F = 64, 32, 5
 
@@ -245,3 +242,77 @@ def test_one_deadline_for_the_whole_batch_deletes_every_job():
 def test_an_empty_batch_is_a_programming_error():
     with pytest.raises(ValueError):
         run_batch(FakeClient([]), [])
+
+
+# ---- every clip decodes into its rows ---------------------------------------------------------------------
+class Targets(FakeClient):
+    """FakeClient that records, per download, the rows it was given and the array it decoded into.
+    `ignore_into`: decode elsewhere (what decode_mp4 does when the stream's header does not say the rows' shape)."""
+
+    def __init__(self, *args, ignore_into: bool = False, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.ignore_into = ignore_into
+        self.targets: list[tuple[str, Optional[np.ndarray], np.ndarray]] = []
+
+    def download_decoded(self, job_id: str, bounds: ClipBounds, *, into: Optional[np.ndarray] = None,
+                         should_cancel: Optional[Callable[[], bool]] = None) -> StreamedVideo:
+        got = super().download_decoded(job_id, bounds, into=None if self.ignore_into else into,
+                                       should_cancel=should_cancel)
+        self.targets.append((job_id, into, got.video.frames))
+        return got
+
+
+def test_the_first_clip_of_a_batch_decodes_straight_into_the_batchs_rows():
+    # job 1 completes first: the first clip decoded is not clip 0
+    client = Targets([["in_progress", "completed"], ["completed"], ["queued", "in_progress", "completed"]])
+    result = run_batch(client, [request(10), request(11), request(12)])
+    assert [job for job, _, _ in client.targets] == ["job-1", "job-0", "job-2"]
+    for job, into, decoded in client.targets:
+        i = int(job.split("-")[1])
+        assert into is not None and into.base is result.frames          # the batch's own buffer, from the start
+        assert decoded is into                                            # decoded there: nothing to copy
+        assert np.shares_memory(decoded, result.frames[result.clip_rows(i)])
+    assert seeds_of(result.frames) == [(f, s) for s in (10, 11, 12) for f in range(F)]
+
+
+def test_a_clip_decoded_elsewhere_is_copied_into_its_rows():
+    client = Targets([["completed"], ["completed"]], ignore_into=True)
+    result = run_batch(client, [request(1), request(2)])
+    assert all(into is not None and not np.shares_memory(decoded, result.frames)
+               for _, into, decoded in client.targets)
+    assert seeds_of(result.frames) == [(f, s) for s in (1, 2) for f in range(F)]
+
+
+def test_requests_that_leave_the_shape_to_the_server_fix_it_with_the_first_clip():
+    reqs = [VideoRequest("a fox", num_frames=F, fps=16, steps=3, seed=s) for s in (1, 2)]   # no size sent
+    client = Targets([["completed"], ["in_progress", "completed"]])
+    result = run_batch(client, reqs)
+    (_, first_into, first), (_, second_into, second) = client.targets
+    assert first_into is None and not np.shares_memory(first, result.frames)        # decoded on its own, copied
+    assert second_into is not None and second is second_into and np.shares_memory(second, result.frames)
+    assert result.frames.shape == (2 * F, H, W, 3)
+    assert seeds_of(result.frames) == [(f, s) for s in (1, 2) for f in range(F)]
+
+
+def test_a_clip_of_another_shape_than_its_rows_is_refused_before_it_is_decoded():
+    # every request fixes 5 frames 64x32, so the rows exist before the first download; the server's
+    # clip 0 has 9 frames: its bounds refuse it (as for any request) and no job is left
+    client = Targets([["completed"], ["in_progress"]], shape={0: (F + 4, W, H)})
+    with pytest.raises(LauncherError) as info:
+        run_batch(client, [request(1), request(2)])
+    assert "does not match the request" in info.value.what and f"{W}x{H}x{F + 4}" in info.value.what
+    assert sorted(client.deleted) == ["job-0", "job-1"]
+
+
+def test_the_expected_shape_is_the_bounds_one_clip_only():
+    assert expected_shape(request(1).bounds()) == (F, H, W)
+    assert expected_shape(VideoRequest("x", width=W, height=H, num_frames=F + 1).bounds()) is None     # rounded
+    assert expected_shape(VideoRequest("x", num_frames=F).bounds()) is None                            # no size
+    interpolated = VideoRequest("x", width=W, height=H, num_frames=F, interpolation=FrameInterpolation("/m"))
+    assert expected_shape(interpolated.bounds()) is None            # (F-1)*2+1 .. 2F frames: not one count
+    frames, height, width = expected_shape(request(1).bounds())
+    rows = np.empty((frames, height, width, 3), dtype=np.float32)
+    client = FakeClient([["completed"]])
+    client.seeds["job-0"] = 1
+    got = client.download_decoded("job-0", request(1).bounds(), into=rows)
+    assert got.video.frames is rows                                 # decode_mp4 takes rows of exactly this shape

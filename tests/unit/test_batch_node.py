@@ -1,4 +1,4 @@
-"""Generate Batch (nodes/batch_node.py, nodes/batch_session.py) without a server: its schema is
+"""Generate Batch (nodes/generate_node.py, nodes/batch_session.py) without a server: its schema is
 Generate Video's, the clip list and its cap, the one progress bar, and what a cancel hands to the
 supervisor's cancel policy."""
 from __future__ import annotations
@@ -9,36 +9,35 @@ from typing import Any, Optional
 
 import pytest
 
-from vllm_omni_launcher import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
+from comfy_standin import run_node
 from vllm_omni_launcher.client.batch import BatchCancelled, BatchUpdate
 from vllm_omni_launcher.errors import LauncherError
-from vllm_omni_launcher.nodes import batch_session
+from vllm_omni_launcher.nodes import NODES, batch_session
 from vllm_omni_launcher.nodes.batch_count import prompt_lines
 from vllm_omni_launcher.nodes.batch_session import BatchProgress, clip_plan
 from vllm_omni_launcher.nodes.handles import ServerHandle
 
-BATCH, GENERATE = NODE_CLASS_MAPPINGS["VLLMOmniGenerateBatch"], NODE_CLASS_MAPPINGS["VLLMOmniGenerateVideo"]
+BATCH, GENERATE = NODES["VLLMOmniGenerateBatch"], NODES["VLLMOmniGenerateVideo"]
 
 
 def test_batch_node_is_registered_with_list_videos_and_a_summary():
-    assert NODE_DISPLAY_NAME_MAPPINGS["VLLMOmniGenerateBatch"] == "vLLM-Omni Generate Batch"
-    assert BATCH.RETURN_TYPES == ("IMAGE", "FLOAT", "VIDEO", "STRING")
-    assert BATCH.OUTPUT_IS_LIST == (False, False, True, False)       # one VIDEO per clip, one IMAGE batch
-    assert BATCH.CATEGORY == GENERATE.CATEGORY and hasattr(BATCH, BATCH.FUNCTION)
+    assert BATCH.display_name == "vLLM-Omni Generate Batch"
+    assert [o.kind for o in BATCH.outputs] == ["IMAGE", "FLOAT", "VIDEO", "STRING"]
+    assert [o.is_list for o in BATCH.outputs] == [False, False, True, False]   # one VIDEO per clip, one IMAGE batch
 
 
 def test_batch_inputs_are_generate_videos_with_prompts_and_batch_count():
-    gen, batch = GENERATE.INPUT_TYPES(), BATCH.INPUT_TYPES()
-    expected = [("prompts" if n == "prompt" else n) for n in gen["required"]]
+    gen, batch = GENERATE.inputs(), {i.name: i for i in BATCH.inputs()}
+    expected = [("prompts" if i.name == "prompt" else i.name) for i in gen]
     expected.insert(expected.index("seed") + 1, "batch_count")
-    assert list(batch["required"]) == expected
-    for name, spec in gen["required"].items():
-        if name != "prompt":
-            assert batch["required"][name] == spec, name               # the same declaration, not a copy to drift
-    assert batch["optional"] == gen["optional"] and batch["hidden"] == gen["hidden"]
-    assert batch["required"]["prompts"][1]["multiline"]
-    count = batch["required"]["batch_count"]
-    assert count[0] == "INT" and count[1]["min"] == 1 and count[1]["default"] == 1
+    assert list(batch) == expected
+    for spec in gen:
+        if spec.name not in ("prompt", "interpolation_model"):
+            assert batch[spec.name] == spec, spec.name                 # the same declaration, not a copy to drift
+    assert batch["interpolation_model"].choices() == next(i for i in gen if i.name == "interpolation_model").choices()
+    assert BATCH.hidden == GENERATE.hidden and batch["prompts"].opts["multiline"] and not batch["prompts"].optional
+    count = batch["batch_count"]
+    assert count.kind == "INT" and count.opts["min"] == 1 and count.default == 1 and not count.optional
 
 
 def test_prompt_lines_ignore_blank_lines_and_spaces():
@@ -69,16 +68,15 @@ def test_the_cap_comes_from_the_local_config_and_is_checked_before_anything_is_s
     contacted: list[Any] = []
     monkeypatch.setattr(batch_session.session, "job_client", lambda *a: contacted.append(a))
     handle = ServerHandle("remote", "http://127.0.0.1:9", "Wan-AI/Wan2.2-TI2V-5B-Diffusers", "ti2v_5b")
-    node = BATCH()
     with pytest.raises(LauncherError) as info:
-        node.generate(handle, prompts="a fox\na cat", negative_prompt="", width=0, height=0, frames=0, fps=0.0,
+        run_node("VLLMOmniGenerateBatch", handle, prompts="a fox\na cat", negative_prompt="", width=0, height=0, frames=0, fps=0.0,
                       steps=0, guidance=-1.0, guidance_2=-1.0, boundary_ratio=-1.0, flow_shift=-1.0, seed=1,
                       batch_count=2)
     assert "4 clips" in info.value.what and "allows 2" in info.value.what and not contacted
 
 
 def test_the_cap_setting_is_validated_like_every_setting(tmp_path, monkeypatch):
-    from vllm_omni_launcher.server.local_config import load_local_config
+    from vllm_omni_launcher.server.config.local_config import load_local_config
 
     config = tmp_path / "launcher.json"
     config.write_text(json.dumps({"max_batch_clips": 0}))

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import hostile_server as hs
-from test_hostile_server import job_body
-from test_overhead_streamed import H, W, F, file_route, noisy_clip
+from clips import NOISY_F as F, NOISY_H as H, NOISY_W as W
+from hostile_jobs import file_route, job_body
 from vllm_omni_launcher.client import streamed_download
 from vllm_omni_launcher.client.api import VideoClient
 from vllm_omni_launcher.client.batch import run_batch
@@ -24,15 +24,8 @@ from vllm_omni_launcher.client.request import VideoRequest
 JOBS = ("b0", "b1", "b2")
 
 
-@pytest.fixture(scope="module")
-def clip() -> bytes:
-    data = noisy_clip()
-    assert len(data) >= streamed_download.TAIL_MIN_BYTES      # large enough that the tail is fetched
-    return data
-
-
 @pytest.fixture
-def server(clip: bytes) -> Iterator[hs.HostileServer]:
+def server(noisy_mp4: bytes) -> Iterator[hs.HostileServer]:
     ids = itertools.count()
 
     def submit(peer: hs.Peer) -> None:
@@ -41,22 +34,22 @@ def server(clip: bytes) -> Iterator[hs.HostileServer]:
     routes: dict = {("POST", "/v1/videos"): submit}
     for job in JOBS:
         routes[("GET", f"/v1/videos/{job}")] = hs.answer(200, job_body(job))
-        routes[("GET", f"/v1/videos/{job}/content")] = file_route(clip)
+        routes[("GET", f"/v1/videos/{job}/content")] = file_route(noisy_mp4)
         routes[("DELETE", f"/v1/videos/{job}")] = hs.answer(200, {"id": job, "deleted": True})
     peer = hs.HostileServer(routes)
     yield peer
     peer.close()
 
 
-def test_batch_clips_are_decoded_while_they_download_like_a_single_job(server, clip):
-    reference = decode_mp4(clip, bounds=bounds_for(W, H, F, {})).frames
+def test_batch_clips_are_decoded_while_they_download_like_a_single_job(server, noisy_mp4):
+    reference = decode_mp4(noisy_mp4, bounds=bounds_for(W, H, F, {})).frames
     requests = [VideoRequest("a fox", width=W, height=H, num_frames=F, fps=16, steps=2, seed=s) for s in range(3)]
     with VideoClient(server.url) as client:
         result = run_batch(client, requests)
     assert result.frames.shape == (3 * F, H, W, 3)
     for i in range(3):
         assert np.array_equal(result.frames[result.clip_rows(i)], reference)
-        assert result.clips[i].mp4 == clip
+        assert result.clips[i].mp4 == noisy_mp4
         # the streamed path: the plain GET plus the index asked for on a second connection
         ranged = [e.headers.get("range") for e in server.calls("GET", f"/v1/videos/{JOBS[i]}/content")]
         assert sorted(ranged, key=str) == sorted([None, f"bytes=-{streamed_download.TAIL_BYTES}"], key=str)
@@ -65,9 +58,9 @@ def test_batch_clips_are_decoded_while_they_download_like_a_single_job(server, c
     assert [e.path for e in server.calls("DELETE")] == [f"/v1/videos/{job}" for job in JOBS]
 
 
-def test_the_client_decodes_a_clip_into_rows_it_is_given(server, clip):
+def test_the_client_decodes_a_clip_into_rows_it_is_given(server, noisy_mp4):
     rows = np.empty((F, H, W, 3), dtype=np.float32)
     with VideoClient(server.url) as client:
         got = client.download_decoded("b0", bounds_for(W, H, F, {}), into=rows)
     assert got.video.frames is rows or np.shares_memory(got.video.frames, rows)
-    assert got.mp4 == clip
+    assert got.mp4 == noisy_mp4

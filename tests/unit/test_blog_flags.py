@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from vllm_omni_launcher.errors import SpecError
-from vllm_omni_launcher.server.flags import MISLEADING_FLAGS, NONEXISTENT_FLAGS, check_extra_flags
+from vllm_omni_launcher.server.launch.flags import MISLEADING_FLAGS, NONEXISTENT_FLAGS, check_extra_flags
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

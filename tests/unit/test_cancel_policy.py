@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from vllm_omni_launcher.server.cancel_policy import DRAIN, NOTHING, RESTART, CancelPolicy, LaunchClock
-from vllm_omni_launcher.server.logwatch import DenoiseProgress
+from vllm_omni_launcher.server.supervision.cancel_policy import DRAIN, NOTHING, RESTART, CancelPolicy, LaunchClock
+from vllm_omni_launcher.server.logs.logwatch import DenoiseProgress
 
 NOW = 1000.0
 POLICY = CancelPolicy(grace_s=15.0, ratio=1.2, slack_s=5.0)
@@ -49,8 +49,8 @@ def test_break_even_includes_the_grace_ratio_and_slack() -> None:
     assert later.action == RESTART and later.grace_left_s == 0.0 and "now" in later.text
 
 
-def test_the_issue_case_drains_rather_than_restarting() -> None:
-    # the issue's H200 run: ~89 s of denoise left, the server back 80 s after a restart (plus 15 s grace)
+def test_89_s_of_denoise_left_drains_rather_than_an_80_s_restart() -> None:
+    # a measured H200 run: ~89 s of denoise left, the server back 80 s after a restart (plus 15 s grace)
     decision = POLICY.decide(running(3, 40, 89.0 / 37), 80.0, now=NOW)
     assert decision.action == DRAIN
 
@@ -84,7 +84,7 @@ def test_nothing_to_weigh_when_no_denoise_of_the_job_runs() -> None:
 
 def test_launch_clock_leaves_out_the_download(monkeypatch) -> None:
     clock_now = [100.0]
-    monkeypatch.setattr("vllm_omni_launcher.server.cancel_policy.time.monotonic", lambda: clock_now[0])
+    monkeypatch.setattr("vllm_omni_launcher.server.supervision.cancel_policy.time.monotonic", lambda: clock_now[0])
     clock = LaunchClock()
     assert clock.last_s is None                       # never started: nothing measured
     clock.started()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from vllm_omni_launcher.server import cancel_wait
+from vllm_omni_launcher.server.process import cancel_wait
 
 
 def test_acquire_takes_a_free_lock_without_asking() -> None:

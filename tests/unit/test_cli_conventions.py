@@ -21,13 +21,6 @@ T2V = "Wan-AI/Wan2.2-T2V-A14B-Diffusers"
 PYPROJECT = Path(cli.__file__).resolve().parent.parent / "pyproject.toml"
 
 
-@pytest.fixture(autouse=True)
-def _isolated_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_CONFIG", str(tmp_path / "none.json"))
-    for name in ("PORT", "HOST", "SERVER_CMD", "SERVER_ENV"):
-        monkeypatch.delenv(f"VLLM_OMNI_LAUNCHER_{name}", raising=False)
-
-
 def _pyproject_version() -> str:
     project = PYPROJECT.read_text().split("[project]", 1)[1]
     return re.search(r'(?m)^version\s*=\s*"([^"]+)"', project).group(1)

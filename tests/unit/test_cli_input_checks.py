@@ -10,7 +10,8 @@ from vllm_omni_launcher.planner.launch_plan import GPU_MEMORY_ENV
 TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
 I2V = "Wan-AI/Wan2.2-I2V-A14B-Diffusers"
 T2V = "Wan-AI/Wan2.2-T2V-A14B-Diffusers"
-IDS = f"{T2V}, {I2V}, {TI2V}"
+IDS = (f"{T2V}, {I2V}, {TI2V}, Wan-AI/Wan2.1-VACE-14B-diffusers, Wan-AI/Wan2.1-VACE-1.3B-diffusers, "
+       "Wan-AI/Wan2.2-S2V-14B, FastVideo/FastWan2.2-TI2V-5B-FullAttn-Diffusers")
 
 
 @pytest.fixture(autouse=True)
@@ -73,8 +74,8 @@ def test_i2v_without_an_image_speaks_of_the_option(capsys):
 
 def test_an_unknown_model_lists_the_ids_and_the_near_match(capsys):
     assert _err(capsys, ["generate", "--prompt", "a fox", "--model", "Wan-AI/Wan2.2-T2V-A14B"]) == (
-        "error: Unknown model 'Wan-AI/Wan2.2-T2V-A14B'. Why: the launcher supports the three Wan2.2 Diffusers repos "
-        f"or a local folder holding one of them. Fix: did you mean {T2V}? use one of {IDS}, or the path of a local "
+        "error: Unknown model 'Wan-AI/Wan2.2-T2V-A14B'. Why: the launcher supports the Wan2.2 Diffusers repos, the "
+        f"VACE, S2V and FastWan repos (docs/wan-pipelines.md) or a local folder holding one of them. Fix: did you mean {T2V}? use one of {IDS}, or the path of a local "
         "Wan2.2 *-Diffusers folder (it must contain model_index.json).\n")
 
 

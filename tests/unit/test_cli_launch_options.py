@@ -9,8 +9,8 @@ from typing import Literal, Optional, get_type_hints
 import pytest
 
 from vllm_omni_launcher.cli.launch_options import SETTINGS, add_launch_options, spec_from_args
-from vllm_omni_launcher.server.settings import setting, settings_of
-from vllm_omni_launcher.server.spec import (CACHE_BACKENDS, OFFLOAD_MODES, PARALLEL_MODES, LaunchSpec,
+from vllm_omni_launcher.server.config.settings import setting, settings_of
+from vllm_omni_launcher.server.launch.spec import (CACHE_BACKENDS, OFFLOAD_MODES, PARALLEL_MODES, LaunchSpec,
                                             MemoryConfig, ParallelConfig, RuntimeConfig)
 
 T2V = "Wan-AI/Wan2.2-T2V-A14B-Diffusers"

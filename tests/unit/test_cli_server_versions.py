@@ -2,30 +2,14 @@
 anything starts, with the same function the Local Server node uses."""
 from __future__ import annotations
 
-import json
-import stat
-from pathlib import Path
-from typing import Optional
-
 import pytest
 
+from fake_server_envs import fake_server_env, server_command
 from vllm_omni_launcher.cli import main
-from vllm_omni_launcher.server import versions
-from vllm_omni_launcher.server.local_config import load_local_config
+from vllm_omni_launcher.server.launch import versions
+from vllm_omni_launcher.server.config.local_config import load_local_config
 
 TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
-
-
-def _server_env(tmp_path: Path, vllm: str, omni: Optional[str]) -> Path:
-    """A server environment whose interpreter reports these versions; run as the server, it leaves a mark."""
-    root = tmp_path / f"env-{vllm}-{omni}"
-    root.mkdir()
-    python = root / "python"
-    report = json.dumps({"python": "3.12.0", "vllm": vllm, "vllm-omni": omni})
-    python.write_text(f"#!/bin/sh\nif [ \"$1\" = -c ]; then echo '{report}'; exit 0; fi\n"
-                      f"touch {root / 'started'}\nexit 1\n")
-    python.chmod(python.stat().st_mode | stat.S_IXUSR)
-    return root
 
 
 @pytest.fixture()
@@ -39,17 +23,13 @@ def config_env(tmp_path, monkeypatch):
     return use
 
 
-def _command(root: Path) -> str:
-    return f"{root / 'python'} {root / 'server.py'}"
-
-
 @pytest.mark.parametrize("argv", [
     ["serve", "--model", TI2V, "--gpus", "0"],
     ["generate", "--model", TI2V, "--gpus", "0", "--prompt", "a fox"],
 ])
 def test_a_mismatched_pair_is_refused_before_anything_starts(tmp_path, config_env, capsys, argv):
-    root = _server_env(tmp_path, "0.26.0", "0.30.0")
-    config_env(_command(root))
+    root = fake_server_env(tmp_path, "0.26.0", "0.30.0")
+    config_env(server_command(root))
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert "vLLM 0.26.0 and vLLM-Omni 0.30.0 do not match" in err and "python -m vllm_omni_launcher setup" in err
@@ -60,8 +40,8 @@ def test_generate_with_only_a_prompt_names_its_model_then_refuses_the_pair(tmp_p
                                                                            monkeypatch):
     monkeypatch.setenv("VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB", "24")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    root = _server_env(tmp_path, "0.26.0", "0.30.0")
-    config_env(_command(root))
+    root = fake_server_env(tmp_path, "0.26.0", "0.30.0")
+    config_env(server_command(root))
     monkeypatch.chdir(tmp_path)
     assert main(["generate", "--prompt", "a fox"]) == 1
     err = capsys.readouterr().err
@@ -70,15 +50,15 @@ def test_generate_with_only_a_prompt_names_its_model_then_refuses_the_pair(tmp_p
 
 
 def test_a_missing_vllm_omni_is_refused(tmp_path, config_env, capsys):
-    root = _server_env(tmp_path, "0.30.0", None)
-    config_env(_command(root))
+    root = fake_server_env(tmp_path, "0.30.0", None)
+    config_env(server_command(root))
     assert main(["serve", "--model", TI2V, "--gpus", "0"]) == 1
     assert "has no vllm-omni" in capsys.readouterr().err and not (root / "started").exists()
 
 
 def test_the_checked_version_decides_which_extra_flags_are_allowed(tmp_path, config_env, capsys):
-    root = _server_env(tmp_path, "0.26.0", "0.26.0")
-    config_env(_command(root))
+    root = fake_server_env(tmp_path, "0.26.0", "0.26.0")
+    config_env(server_command(root))
     assert versions.checked_server_version(load_local_config()) == (0, 26)
     assert main(["serve", "--model", TI2V, "--gpus", "0", "--extra-flag=--vae-fast-path=lossless"]) == 1
     assert "needs vLLM-Omni 0.30 or newer" in capsys.readouterr().err and not (root / "started").exists()

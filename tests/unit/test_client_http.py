@@ -198,7 +198,7 @@ def test_backoff_policy_is_bounded_exponential():
 
 
 def test_deadlines_come_from_the_local_config_keys():
-    from vllm_omni_launcher.server.local_config import LocalConfig
+    from vllm_omni_launcher.server.config.local_config import LocalConfig
 
     config = LocalConfig(connect_timeout_s=1.5, first_byte_timeout_s=7.0, body_timeout_s=60.0)
     assert Deadlines.from_config(config) == Deadlines(connect_s=1.5, first_byte_s=7.0, body_s=60.0)
@@ -708,10 +708,10 @@ def test_loopback_server_ignores_proxy_environment(serve, monkeypatch):
     assert client.models() == ["m"]
 
 
-# ----------------------------------------------------------------------------- server/probe.py (same transport)
+# ----------------------------------------------------------------------------- server/process/probe.py (same transport)
 
 def test_probe_reports_health_status_and_models_with_the_key(serve, monkeypatch):
-    from vllm_omni_launcher.server import probe
+    from vllm_omni_launcher.server.process import probe
 
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # our own server is never reached via a proxy
     srv = serve({("GET", "/health"): [(503, {"status": "unhealthy"}), (200, {"status": "healthy"})],
@@ -725,7 +725,7 @@ def test_probe_reports_health_status_and_models_with_the_key(serve, monkeypatch)
 
 
 def test_probe_says_none_when_nothing_answers_or_the_answer_is_not_a_model_list(serve):
-    from vllm_omni_launcher.server import probe
+    from vllm_omni_launcher.server.process import probe
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -12,23 +12,21 @@ import pytest
 
 import hostile_media as hm
 import hostile_server as hs
-import test_hostile_server
-from test_hostile_server import job_routes, solid_clip
+from clips import solid_clip
+from comfy_standin import run_node
+from hostile_jobs import job_routes
 from vllm_omni_launcher.client import clip_memory
 from vllm_omni_launcher.client.api import VideoClient, VideoRequest
 from vllm_omni_launcher.client.batch import run_batch
 from vllm_omni_launcher.errors import LauncherError
-from vllm_omni_launcher.nodes import progress, session
+from vllm_omni_launcher.nodes import NODES, progress, session
 from vllm_omni_launcher.nodes.batch_session import clip_plan
 from vllm_omni_launcher.nodes.handles import ServerHandle
-from vllm_omni_launcher.server import local_config
+from vllm_omni_launcher.server.config import local_config
 
 GIB = 1 << 30
 HOSTILE = VideoRequest("x", width=1024, height=1024, num_frames=1025)     # 12 GiB as float32
 WIDGET_MAX = VideoRequest("x", width=4096, height=4096, num_frames=1025)  # 192 GiB
-
-
-hostile = test_hostile_server.hostile          # the fixture behind `serving`
 
 
 @pytest.fixture
@@ -163,13 +161,14 @@ def test_a_batch_counts_its_clips_before_building_the_list():
 @pytest.mark.parametrize("field, value", [("batch_count", "3"), ("batch_count", float("nan")),
                                           ("seed", "12"), ("batch_count", True)])
 def test_batch_widgets_of_the_wrong_type_get_the_launchers_message(field, value):
-    args = {"prompts": "a fox", "seed": 0, "batch_count": 1, field: value}
-    with pytest.raises(LauncherError) as info:
-        clip_plan(args["prompts"], args["seed"], args["batch_count"], 8)
-    assert f"{field} is" in info.value.what and "not a whole number" in info.value.what
+    args = {**{i.name: i.default for i in NODES["VLLMOmniGenerateBatch"].inputs() if not i.optional},
+            "server": ServerHandle("remote", "http://127.0.0.1:9", "wan", "ti2v_5b"), "prompts": "a fox", field: value}
+    with pytest.raises(LauncherError) as info:           # the node's own check (nodes/schema.py), before clip_plan
+        run_node("VLLMOmniGenerateBatch", **args)
+    assert f"input '{field}' got" in info.value.what and "a whole number" in info.value.why
     assert info.value.setting == field
 
 
 def test_a_batch_within_the_limit_is_planned_as_before():
     assert clip_plan("a\nb", 5, 2, 8) == [("a", 5), ("a", 6), ("b", 5), ("b", 6)]
-    assert clip_plan("a", 2 ** 63 - 1, 2.0, 8) == [("a", 2 ** 63 - 1), ("a", 0)]
+    assert clip_plan("a", 2 ** 63 - 1, 2, 8) == [("a", 2 ** 63 - 1), ("a", 0)]

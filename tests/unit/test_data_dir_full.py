@@ -19,10 +19,10 @@ from vllm_omni_launcher.cli import main
 from vllm_omni_launcher.cli.exit_codes import ExitCode
 from vllm_omni_launcher.errors import LauncherError
 from vllm_omni_launcher.planner.launch_plan import GPU_MEMORY_ENV
-from vllm_omni_launcher.server import state_file
-from vllm_omni_launcher.server.local_config import LocalConfig
-from vllm_omni_launcher.server.spec import LaunchSpec
-from vllm_omni_launcher.server.supervisor import Supervisor
+from vllm_omni_launcher.server.storage import state_file
+from vllm_omni_launcher.server.config.local_config import LocalConfig
+from vllm_omni_launcher.server.launch.spec import LaunchSpec
+from vllm_omni_launcher.server.supervision.supervisor import Supervisor
 
 TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
 

@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 
 from vllm_omni_launcher.errors import LauncherError
-from vllm_omni_launcher.server import gpu_lock, launch_prep, log_files, lora_files, private_files, state_file
-from vllm_omni_launcher.server.local_config import LocalConfig
-from vllm_omni_launcher.server.log_follower import LogFollower
-from vllm_omni_launcher.server.spec import LaunchSpec
+from vllm_omni_launcher.server.launch import lora_files
+from vllm_omni_launcher.server.process import gpu_lock, launch_prep, log_files
+from vllm_omni_launcher.server.storage import private_files, state_file
+from vllm_omni_launcher.server.config.local_config import LocalConfig
+from vllm_omni_launcher.server.logs.log_follower import LogFollower
+from vllm_omni_launcher.server.launch.spec import LaunchSpec
 
 SPEC = LaunchSpec(model="Wan-AI/Wan2.2-TI2V-5B-Diffusers", gpus=(0,))
 SHOWN = {"argv": ["vllm", "serve", SPEC.model], "env": {}}

@@ -13,7 +13,7 @@ from vllm_omni_launcher.planner import doctor as doctor_mod
 from vllm_omni_launcher.planner.doctor import run_doctor
 from vllm_omni_launcher.planner.doctor_report import PROBLEM, UNCHECKED, WARNING
 from vllm_omni_launcher.planner.gpus import GIB, query_gpus
-from vllm_omni_launcher.server.local_config import LocalConfig
+from vllm_omni_launcher.server.config.local_config import LocalConfig
 
 
 

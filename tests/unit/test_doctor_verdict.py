@@ -13,7 +13,7 @@ from vllm_omni_launcher.planner import doctor as doctor_mod
 from vllm_omni_launcher.planner.doctor import run_doctor
 from vllm_omni_launcher.planner.doctor_report import CLIENT_ONLY, GPU_BOX, OK, PROBLEM, WARNING
 from vllm_omni_launcher.planner.gpus import GIB
-from vllm_omni_launcher.server.local_config import LocalConfig
+from vllm_omni_launcher.server.config.local_config import LocalConfig
 
 TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
 SETUP_FIX = "run `python -m vllm_omni_launcher setup` on the GPU machine"

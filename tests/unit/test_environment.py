@@ -1,8 +1,8 @@
 """The server's environment: an allow-list of ComfyUI's, then the operator's extra_env, then the launch's."""
 from __future__ import annotations
 
-from vllm_omni_launcher.server.environment import is_inherited, server_environment
-from vllm_omni_launcher.server.local_config import LocalConfig
+from vllm_omni_launcher.server.config.environment import is_inherited, server_environment
+from vllm_omni_launcher.server.config.local_config import LocalConfig
 
 PARENT = {
     "PATH": "/usr/bin", "HOME": "/home/u", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from vllm_omni_launcher.errors import LauncherError
-from vllm_omni_launcher.server import failures
-from vllm_omni_launcher.server.failures import Context, classify
+from vllm_omni_launcher.server.logs import failures
+from vllm_omni_launcher.server.logs.failures import Context, classify
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 TRACEBACK = ["Traceback (most recent call last):", '  File "x.py", line 1, in <module>']

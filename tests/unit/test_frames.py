@@ -19,6 +19,7 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
 import frame_code  # noqa: E402
+from clips import encode_clip  # noqa: E402
 
 from vllm_omni_launcher.client import frames as frames_mod  # noqa: E402
 from vllm_omni_launcher.client.bounds import bounds_for  # noqa: E402
@@ -28,24 +29,6 @@ from vllm_omni_launcher.errors import LauncherError  # noqa: E402
 
 
 FRAGMENTED = "frag_keyframe+empty_moov"     # fragmented MP4 (vLLM-Omni's streaming muxer): no frame count
-
-
-def encode_clip(count: int, width: int, height: int, fps: float | Fraction = 16, seed: int = 7,
-                container: str = "mp4", movflags: str = "") -> bytes:
-    """H.264 yuv420p clip whose frame i is frame_code.encode(i, seed, w, h)."""
-    rate = Fraction(fps).limit_denominator(1001)
-    buf = io.BytesIO()
-    with av.open(buf, "w", format=container, options={"movflags": movflags} if movflags else {}) as out:
-        stream = out.add_stream("libx264", rate=rate)
-        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
-        stream.options = {"preset": "ultrafast", "crf": "18"}
-        for i in range(count):
-            frame = av.VideoFrame.from_ndarray(frame_code.encode(i, seed, width, height), format="rgb24")
-            for packet in stream.encode(frame):
-                out.mux(packet)
-        for packet in stream.encode():
-            out.mux(packet)
-    return buf.getvalue()
 
 
 def header_frames(data: bytes) -> int:

@@ -103,7 +103,7 @@ def test_verdict_fails_on_a_failed_or_skipped_check():
     json.dumps(skipped)
 
 
-def test_arguments_default_to_the_issue_shape():
+def test_arguments_default_to_the_full_ti2v_5b_shape_with_every_check():
     args = drv.parse_args(["--comfy-dir", "c", "--base", "b", "--model-folder", "m", "--out", "o"])
     assert (args.width, args.height, args.frames, args.steps, args.expect_fps) == (1280, 704, 121, 8, 24.0)
     assert args.checks == {"t2v", "cached", "i2v", "cancel", "kill"} and not args.cpu and not args.eager

@@ -12,16 +12,17 @@ from typing import Optional
 
 import pytest
 
-from vllm_omni_launcher.server import failures, gpu_lock
-from vllm_omni_launcher.server.failures import ServerFailure
-from vllm_omni_launcher.server.local_config import LocalConfig
-from vllm_omni_launcher.server.spec import LaunchSpec
-from vllm_omni_launcher.server.supervisor import Supervisor
+from vllm_omni_launcher.server.logs import failures
+from vllm_omni_launcher.server.process import gpu_lock
+from vllm_omni_launcher.server.logs.failures import ServerFailure
+from vllm_omni_launcher.server.config.local_config import LocalConfig
+from vllm_omni_launcher.server.launch.spec import LaunchSpec
+from vllm_omni_launcher.server.supervision.supervisor import Supervisor
 
 # Another launcher process: takes the lock like a supervisor does, says so, then waits to be killed.
 HOLDER = textwrap.dedent("""
     import sys, time
-    from vllm_omni_launcher.server import gpu_lock
+    from vllm_omni_launcher.server.process import gpu_lock
     gpus = None if sys.argv[2] == "all" else tuple(int(g) for g in sys.argv[2].split(","))
     lock = gpu_lock.acquire(sys.argv[1], gpus, gpu_lock.Holder.this_process("Wan2.2-TI2V-5B"))
     lock.update(url="http://127.0.0.1:18091")

@@ -26,7 +26,7 @@ shim = _load("gpu_replicas_shim")
 rep = _load("gpu_replicas")
 bench = _load("throughput_bench")
 
-# What our spec writes for 2 replicas of a 1-GPU layout (server/replicas.py) and of a 2-GPU one.
+# What our spec writes for 2 replicas of a 1-GPU layout (server/launch/replicas.py) and of a 2-GPU one.
 TWO_OF_ONE = '{"0":{"num_replicas":2,"devices":"0,1"}}'
 TWO_OF_TWO = '{"0":{"num_replicas":2,"devices":"0,1,2,3"}}'
 

@@ -14,8 +14,8 @@ from vllm_omni_launcher.nodes import session
 from vllm_omni_launcher.nodes.handles import ModelChoice, ServerHandle
 from vllm_omni_launcher.planner.launch_plan import GPU_MEMORY_ENV, ServingChoice, resolve_launch
 from vllm_omni_launcher.planner.speed_costs import cfg_runs, idle_cfg_warning, speed_cost
-from vllm_omni_launcher.server.local_config import LocalConfig
-from vllm_omni_launcher.server.spec import LaunchSpec, ParallelConfig
+from vllm_omni_launcher.server.config.local_config import LocalConfig
+from vllm_omni_launcher.server.launch.spec import LaunchSpec, ParallelConfig
 
 A14B = FAMILIES["t2v_a14b"]
 V30 = (0, 30)
@@ -167,6 +167,6 @@ def test_local_server_plans_for_the_guidance_of_the_generate_nodes_it_feeds(jobs
 
 
 def test_local_server_asks_comfyui_for_the_queued_prompt():
-    from vllm_omni_launcher import NODE_CLASS_MAPPINGS
+    from vllm_omni_launcher.nodes import NODES
 
-    assert NODE_CLASS_MAPPINGS["VLLMOmniLocalServer"].INPUT_TYPES()["hidden"]["prompt"] == "PROMPT"
+    assert "prompt" in NODES["VLLMOmniLocalServer"].hidden

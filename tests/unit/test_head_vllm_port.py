@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from vllm_omni_launcher.errors import LauncherError
-from vllm_omni_launcher.server.local_config import LocalConfig
-from vllm_omni_launcher.server.multi_host import HeadRole, JoinRole
+from vllm_omni_launcher.server.config.local_config import LocalConfig
+from vllm_omni_launcher.server.supervision.multi_host import HeadRole, JoinRole
 
 
 def test_vllm_port_in_extra_env_refuses_a_head_naming_the_setting(monkeypatch):

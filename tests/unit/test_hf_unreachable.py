@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from vllm_omni_launcher.server import failures
-from vllm_omni_launcher.server.failures import Context, classify, startup_timeout
-from vllm_omni_launcher.server.log_follower import read_tail
+from vllm_omni_launcher.server.logs import failures
+from vllm_omni_launcher.server.logs.failures import Context, classify, startup_timeout
+from vllm_omni_launcher.server.logs.log_follower import read_tail
 
 TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
 LOG = Path(__file__).resolve().parents[1] / "fixtures" / "logs" / "failures" / \

@@ -8,70 +8,22 @@ connection closed) or was allocated (tracemalloc peak: numpy and our buffers are
 """
 from __future__ import annotations
 
-import io
 import threading
 import time
 import tracemalloc
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable
 
-import av
-import numpy as np
 import pytest
 
 import hostile_server as hs
+from clips import solid_clip
+from hostile_jobs import CANCEL_LATENCY_S, JOB, CancelOnceBlocked, job_body, job_routes
 from vllm_omni_launcher.client.abortable import WORKER_NAME
 from vllm_omni_launcher.client.api import Deadlines, RetryPolicy, VideoClient, VideoRequest
 from vllm_omni_launcher.client.job_results import GenerationCancelled
 from vllm_omni_launcher.errors import LauncherError
 
-JOB = "video_gen_1"
-CANCEL_LATENCY_S = 1.5   # the issue: a cancel ends a blocked read within 1 s (+ slack for a loaded box)
 ESCAPES = ("\x1b", "\x07", "\x08", "\x9b", "\r")
-
-
-def solid_clip(width: int, height: int, frames: int, container: str = "mp4") -> bytes:
-    """H.264 yuv420p clip of one flat colour: tiny on disk whatever its size (a decode bomb)."""
-    buf = io.BytesIO()
-    with av.open(buf, "w", format=container) as out:
-        stream = out.add_stream("libx264", rate=16)
-        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
-        stream.options = {"preset": "ultrafast", "tune": "zerolatency"}
-        frame = av.VideoFrame.from_ndarray(np.full((height * 3 // 2, width), 90, np.uint8), format="yuv420p")
-        for _ in range(frames):
-            for packet in stream.encode(frame):
-                out.mux(packet)
-        for packet in stream.encode():
-            out.mux(packet)
-    return buf.getvalue()
-
-
-def job_body(job_id: str = JOB, status: str = "completed", **extra: Any) -> dict:
-    return {"id": job_id, "object": "video", "status": status, "progress": 100 if status == "completed" else 0,
-            "error": None, "completed_at": None, **extra}
-
-
-def job_routes(content: hs.Route, job_id: str = JOB, segment: Optional[str] = None,
-               status: Optional[hs.Route] = None) -> dict:
-    """A job that completes at once and serves `content`; `segment` is the id as it must appear
-    in the path (URL-quoted)."""
-    path = f"/v1/videos/{segment or job_id}"
-    return {("POST", "/v1/videos"): hs.answer(200, job_body(job_id, "queued")),
-            ("GET", path): status or hs.answer(200, job_body(job_id)),
-            ("GET", path + "/content"): content,
-            ("DELETE", path): hs.answer(200, {"id": job_id, "deleted": True})}
-
-
-@pytest.fixture
-def hostile() -> Iterator[Callable[[dict], hs.HostileServer]]:
-    servers: list[hs.HostileServer] = []
-
-    def start(routes: dict) -> hs.HostileServer:
-        servers.append(hs.HostileServer(routes))
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        server.close()
 
 
 @pytest.fixture(scope="module")
@@ -208,29 +160,6 @@ def test_dripping_body_fails_at_the_body_deadline_naming_the_key(hostile):
     assert_nothing_left(server, f"/v1/videos/{JOB}/content")
 
 
-class CancelOnceBlocked:
-    """Wraps a dripping route: Cancel is pressed `after_s` after the client's (first) request
-    reached it, so the client is blocked in that read (however long the requests before it took
-    on a busy box). Called, it is the client's should_cancel; `at` is when Cancel was pressed."""
-
-    def __init__(self, route: hs.Route, after_s: float = 1.0) -> None:
-        self.route, self.after_s = route, after_s
-        self.at: Optional[float] = None
-        self._pressed = threading.Event()
-
-    def __call__(self) -> bool:
-        return self._pressed.is_set()
-
-    def serve(self, peer: hs.Peer) -> None:
-        threading.Timer(self.after_s, self._press).start()
-        self.route(peer)
-
-    def _press(self) -> None:
-        if self.at is None:
-            self.at = time.monotonic()
-        self._pressed.set()
-
-
 def test_cancel_ends_a_blocked_header_read_within_a_second(hostile):
     cancel = CancelOnceBlocked(hs.drip_status_line(every_s=2.0))
     server = hostile(job_routes(hs.answer(200, b""), status=cancel.serve))
@@ -299,7 +228,7 @@ def test_control_characters_are_stripped_from_http_error_bodies(hostile):
 
 
 def test_probe_of_a_dripping_server_gives_up_at_its_timeout(hostile):
-    from vllm_omni_launcher.server import probe
+    from vllm_omni_launcher.server.process import probe
 
     server = hostile({("GET", "/health"): hs.drip_status_line(every_s=2.0)})
     start = time.monotonic()

@@ -12,13 +12,13 @@ import pytest
 
 from vllm_omni_launcher.cli import main
 from vllm_omni_launcher.errors import LauncherError
-from vllm_omni_launcher.server.launch_prep import Launch
-from vllm_omni_launcher.server.local_config import LocalConfig, load_local_config
-from vllm_omni_launcher.server.log_follower import LogFollower
-from vllm_omni_launcher.server.multi_host import (HeadlessRun, HeadRole, JoinRole, LB_POLICY, Registrations, ServerRole,
+from vllm_omni_launcher.server.process.launch_prep import Launch
+from vllm_omni_launcher.server.config.local_config import LocalConfig, load_local_config
+from vllm_omni_launcher.server.logs.log_follower import LogFollower
+from vllm_omni_launcher.server.supervision.multi_host import (HeadlessRun, HeadRole, JoinRole, LB_POLICY, Registrations, ServerRole,
                                                    parse_head_address, probe_tcp)
-from vllm_omni_launcher.server.spec import LaunchSpec, ParallelConfig
-from vllm_omni_launcher.server.wedge_watch import REACHABLE, REFUSED, UNREACHABLE, HeadLossPolicy, StallPolicy
+from vllm_omni_launcher.server.launch.spec import LaunchSpec, ParallelConfig
+from vllm_omni_launcher.server.supervision.wedge_watch import REACHABLE, REFUSED, UNREACHABLE, HeadLossPolicy, StallPolicy
 
 TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
 
@@ -212,7 +212,7 @@ def test_a_refused_head_port_is_a_lost_head_at_once_and_silence_after_the_grace(
 
 
 def test_a_replica_without_its_head_is_explained_naming_join():
-    from vllm_omni_launcher.server import failures
+    from vllm_omni_launcher.server.logs import failures
 
     ctx = failures.Context(model=TI2V, ever_ready=False, exit_code=-1)
     ours = ["vllm-omni-launcher: the head's registration port 127.0.0.1:29555 refuses connections while this "
@@ -236,7 +236,7 @@ def test_a_ready_replica_whose_head_port_refuses_is_restarted_with_a_message_nam
         def tail(self, lines: int = 40) -> list[str]:
             return ["INFO StageDiffusionProc registered with OmniCoordinator (stage_id=0 replica_id=1 coord=x)"]
 
-    from vllm_omni_launcher.server import failures
+    from vllm_omni_launcher.server.logs import failures
 
     watch = JoinRole("127.0.0.1", port, None, 120.0).watch(Run(), progress=None)
     failure = watch()

@@ -11,7 +11,7 @@ from vllm_omni_launcher.planner.ladder import build_ladder, recommend
 from vllm_omni_launcher.planner.memory import RequestShape, plan
 from vllm_omni_launcher.planner.speed_costs import speed_cost
 from vllm_omni_launcher.planner.step_down import FAILURE_KINDS, step_down
-from vllm_omni_launcher.server.spec import LaunchSpec, MemoryConfig, ParallelConfig, RuntimeConfig
+from vllm_omni_launcher.server.launch.spec import LaunchSpec, MemoryConfig, ParallelConfig, RuntimeConfig
 
 T2V = "Wan-AI/Wan2.2-T2V-A14B-Diffusers"
 I2V = "Wan-AI/Wan2.2-I2V-A14B-Diffusers"
@@ -168,7 +168,8 @@ def test_step_down_walks_to_the_bottom_and_terminates(kind):
 
 def test_step_down_decode_oom_turns_tiling_on_first():
     spec, sentence = step_down(LaunchSpec(T2V), "oom_decode", [141.0], RequestShape(1280, 720, 81))
-    assert spec.memory.vae_tiling and spec.parallel == ParallelConfig() and "tiling" in sentence
+    assert spec == LaunchSpec(T2V, memory=MemoryConfig(vae_tiling=True)), "tiling on, and nothing else changed"
+    assert sentence == "Turned VAE tiling on, because the VAE decode ran out of memory."
 
 
 def test_step_down_from_two_gpus_and_bottom():

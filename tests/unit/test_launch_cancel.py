@@ -14,15 +14,17 @@ import time
 from pathlib import Path
 from typing import Optional
 
-import psutil
 import pytest
 
+from processes import alive
 from vllm_omni_launcher.errors import LauncherError
-from vllm_omni_launcher.server import failures, gpu_lock, process_group, registry
-from vllm_omni_launcher.server.local_config import LocalConfig
+from vllm_omni_launcher.server import registry
+from vllm_omni_launcher.server.logs import failures
+from vllm_omni_launcher.server.process import gpu_lock, process_group
+from vllm_omni_launcher.server.config.local_config import LocalConfig
 from vllm_omni_launcher.server.registry import LaunchCancelled, Status
-from vllm_omni_launcher.server.spec import LaunchSpec
-from vllm_omni_launcher.server.supervisor import Supervisor
+from vllm_omni_launcher.server.launch.spec import LaunchSpec
+from vllm_omni_launcher.server.supervision.supervisor import Supervisor
 
 TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
 STUBBORN = textwrap.dedent("""
@@ -49,13 +51,6 @@ def config_for(data_dir: Path, **extra_env: str) -> LocalConfig:
 
 def fake_pids(data_dir: Path) -> list[int]:
     return [int(p) for log in data_dir.glob("logs/*.log") for p in re.findall(r"FAKE_PID=(\d+)", log.read_text())]
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 class CancelWhen:

@@ -1,4 +1,4 @@
-"""The launch key goes only to a listener of our server's own process group (server/port_owner.py).
+"""The launch key goes only to a listener of our server's own process group (server/process/port_owner.py).
 
 vLLM-Omni binds its port only once the model is loaded, so another local program can listen on it
 first; the readiness probe's GET /v1/models carries the launch key. The "server" here is a fake
@@ -22,10 +22,11 @@ import pytest
 
 from hostile_server import HostileServer, answer
 from vllm_omni_launcher.errors import LauncherError
-from vllm_omni_launcher.server import failures, port_owner, process_group
-from vllm_omni_launcher.server.local_config import LocalConfig
-from vllm_omni_launcher.server.spec import LaunchSpec
-from vllm_omni_launcher.server.supervisor import Supervisor
+from vllm_omni_launcher.server.logs import failures
+from vllm_omni_launcher.server.process import port_owner, process_group
+from vllm_omni_launcher.server.config.local_config import LocalConfig
+from vllm_omni_launcher.server.launch.spec import LaunchSpec
+from vllm_omni_launcher.server.supervision.supervisor import Supervisor
 
 TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
 # Prints its port and pgid, then either only waits (a server still loading) or serves /health and a

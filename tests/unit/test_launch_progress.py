@@ -5,16 +5,16 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from vllm_omni_launcher.server import logwatch
-from vllm_omni_launcher.server.hf_cache import DownloadWatch, has_snapshot, hub_dir, repo_dir
-from vllm_omni_launcher.server.logwatch import PhaseChange, parse_phase, warmup_step
-from vllm_omni_launcher.server.status import Status, StatusBoard
+from vllm_omni_launcher.server.logs import logwatch
+from vllm_omni_launcher.server.launch.hf_cache import DownloadWatch, has_snapshot, hub_dir, repo_dir
+from vllm_omni_launcher.server.logs.logwatch import PhaseChange, parse_phase, warmup_step
+from vllm_omni_launcher.server.supervision.status import Status, StatusBoard
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 
 
 def test_loading_bars_of_the_real_log_carry_progress() -> None:
-    from vllm_omni_launcher.server.log_follower import Splitter
+    from vllm_omni_launcher.server.logs.log_follower import Splitter
 
     data = (LOGS / "vllm-omni-0.26-serve-ti2v-tiny-1gpu.log").read_bytes()
     changes = [c for c in (parse_phase(t) for t, _ in Splitter().feed(data, final=True)) if c and c.progress]

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
+from vllm_omni_launcher.client.origins import key_setup_hint
 from vllm_omni_launcher.errors import LauncherError
-from vllm_omni_launcher.server import local_config
-from vllm_omni_launcher.server.local_config import LocalConfig, RemoteServer, load_local_config, origin
+from vllm_omni_launcher.server.config import local_config
+from vllm_omni_launcher.server.config.local_config import LocalConfig, RemoteServer, load_local_config, origin
 
 
 def _load(tmp_path: Path, data: Any = None, **env: str) -> LocalConfig:
@@ -275,7 +276,7 @@ def test_config_reference_lists_every_setting_once() -> None:
 
 
 def test_key_setup_hint_names_the_origin() -> None:
-    hint = local_config.key_setup_hint("http://GPU-box:8091/v1")
+    hint = key_setup_hint("http://GPU-box:8091/v1")
     assert '"url": "http://gpu-box:8091"' in hint and "VLLM_OMNI_LAUNCHER_REMOTE_URL=http://gpu-box:8091" in hint
 
 

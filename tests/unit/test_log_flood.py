@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from vllm_omni_launcher.server import log_follower
-from vllm_omni_launcher.server.log_follower import MAX_SEGMENT_CHARS, READ_CHUNK_BYTES, LogFollower, Splitter
+from vllm_omni_launcher.server.logs import log_follower
+from vllm_omni_launcher.server.logs.log_follower import MAX_SEGMENT_CHARS, READ_CHUNK_BYTES, LogFollower, Splitter
 
 MIB = 1024 * 1024
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from vllm_omni_launcher.server import logwatch
-from vllm_omni_launcher.server.log_follower import LogFollower, Splitter, read_tail, split_text
-from vllm_omni_launcher.server.logwatch import ProgressTracker, parse_bar, parse_phase
+from vllm_omni_launcher.server.logs import logwatch
+from vllm_omni_launcher.server.logs.log_follower import LogFollower, Splitter, read_tail, split_text
+from vllm_omni_launcher.server.logs.logwatch import ProgressTracker, parse_bar, parse_phase
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 TI2V_1GPU = LOGS / "vllm-omni-0.26-serve-ti2v-tiny-1gpu.log"

@@ -11,13 +11,14 @@ import pytest
 from vllm_omni_launcher.client.request import FrameInterpolation, RequestLora, VideoRequest
 from vllm_omni_launcher.errors import LauncherError, SpecError
 from vllm_omni_launcher.models import FAMILIES
-from vllm_omni_launcher.nodes import lora_nodes
+from comfy_standin import run_node
+from vllm_omni_launcher.nodes import NODES, model_nodes
 from vllm_omni_launcher.nodes.handles import ModelChoice
 from vllm_omni_launcher.planner.doctor import _check_loras
 from vllm_omni_launcher.planner.memory import plan as memory_plan
-from vllm_omni_launcher.server.loras import (LoraEntry, StartupLora, adapter_gpu_gib, find_loras, parse_cli_loras,
+from vllm_omni_launcher.server.launch.loras import (LoraEntry, StartupLora, adapter_gpu_gib, find_loras, parse_cli_loras,
                                              plan_loras, startup_from_cli)
-from vllm_omni_launcher.server.spec import LaunchSpec
+from vllm_omni_launcher.server.launch.spec import LaunchSpec
 
 A14B, TI2V = FAMILIES["t2v_a14b"], FAMILIES["ti2v_5b"]
 V30, V26 = (0, 30), (0, 26)
@@ -194,16 +195,17 @@ def test_find_loras_lists_files_by_relative_name_and_peft_folders_with_a_slash(t
 def test_lora_node_takes_only_list_entries_and_chains(tmp_path, monkeypatch):
     _file(tmp_path, "hi.safetensors")
     _file(tmp_path, "lo.safetensors")
-    monkeypatch.setattr(lora_nodes.comfy_bridge, "lora_folders", lambda: [tmp_path])
-    assert lora_nodes.LoraModel.INPUT_TYPES()["required"]["lora_name"][0] == ["hi.safetensors", "lo.safetensors"]
+    monkeypatch.setattr(model_nodes.comfy_bridge, "lora_folders", lambda: [tmp_path])
+    lora_name = next(i for i in NODES["VLLMOmniLora"].inputs() if i.name == "lora_name")
+    assert lora_name.choices() == ["hi.safetensors", "lo.safetensors"]
     model = ModelChoice(A14B.hf_id, A14B.key, A14B.hf_id)
-    (one,) = lora_nodes.LoraModel().apply(model, "hi.safetensors", 1.0, "high_noise")
-    (two,) = lora_nodes.LoraModel().apply(one, "lo.safetensors", 1.0, "low_noise")
+    (one,) = run_node("VLLMOmniLora", model, "hi.safetensors", 1.0, "high_noise")
+    (two,) = run_node("VLLMOmniLora", one, "lo.safetensors", 1.0, "low_noise")
     assert [(e.label, e.expert) for e in two.loras] == [("hi.safetensors", "high_noise"), ("lo.safetensors", "low_noise")]
     assert model.loras == ()                                 # the input handle is not changed
     for name in ("/etc/passwd", "../hi.safetensors", str(tmp_path / "hi.safetensors")):
         with pytest.raises(LauncherError) as err:
-            lora_nodes.LoraModel().apply(model, name, 1.0, "both")
+            run_node("VLLMOmniLora", model, name, 1.0, "both")
         assert err.value.setting == "lora_name" and "not one of" in err.value.what
 
 

@@ -16,10 +16,10 @@ import torch
 
 from vllm_omni_launcher.errors import LauncherError
 from vllm_omni_launcher.models import FAMILIES
-from vllm_omni_launcher.server import lora_files
-from vllm_omni_launcher.server.lora_files import KEEP, read_header, scaled_lora
-from vllm_omni_launcher.server.loras import LoraEntry, plan_loras, serving_note
-from vllm_omni_launcher.server.spec import LaunchSpec
+from vllm_omni_launcher.server.launch import lora_files
+from vllm_omni_launcher.server.launch.lora_files import KEEP, read_header, scaled_lora
+from vllm_omni_launcher.server.launch.loras import LoraEntry, plan_loras, serving_note
+from vllm_omni_launcher.server.launch.spec import LaunchSpec
 
 A14B, TI2V = FAMILIES["t2v_a14b"], FAMILIES["ti2v_5b"]
 V30 = (0, 30)

@@ -21,11 +21,13 @@ import pytest
 
 from vllm_omni_launcher.errors import LauncherError
 from vllm_omni_launcher.planner.launch_plan import GPU_MEMORY_ENV
-from vllm_omni_launcher.server import failures, gpu_ids, gpu_lock, launch_prep, local_config, lock_holders
-from vllm_omni_launcher.server.failures import ServerFailure
-from vllm_omni_launcher.server.local_config import LocalConfig
-from vllm_omni_launcher.server.spec import LaunchSpec
-from vllm_omni_launcher.server.supervisor import Supervisor
+from vllm_omni_launcher.server.config import local_config
+from vllm_omni_launcher.server.logs import failures
+from vllm_omni_launcher.server.process import gpu_ids, gpu_lock, launch_prep, lock_holders
+from vllm_omni_launcher.server.logs.failures import ServerFailure
+from vllm_omni_launcher.server.config.local_config import LocalConfig
+from vllm_omni_launcher.server.launch.spec import LaunchSpec
+from vllm_omni_launcher.server.supervision.supervisor import Supervisor
 
 TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
 UUID_0 = "GPU-5f3c1e2a-0000-4000-8000-000000000000"
@@ -89,7 +91,7 @@ def test_serve_holding_gpu0_refuses_a_local_server_from_another_data_dir(tmp_pat
 
 HOLDER = textwrap.dedent("""
     import sys, time
-    from vllm_omni_launcher.server import gpu_lock
+    from vllm_omni_launcher.server.process import gpu_lock
     lock = gpu_lock.acquire(sys.argv[1], (0,), gpu_lock.Holder.this_process("their model"))
     print("locked", flush=True)
     time.sleep(600)
@@ -205,3 +207,31 @@ def test_the_launch_claims_the_gpus_a_mixed_extra_env_names(monkeypatch) -> None
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     config = LocalConfig(extra_env={"CUDA_VISIBLE_DEVICES": f"{UUID_1},0"})
     assert launch_prep.gpu_targets(LaunchSpec(model=TI2V), config) == (0, 1)
+
+
+def test_a_mixed_extra_env_is_held_to_the_gpus_it_names_through_the_lock(tmp_path: Path, monkeypatch) -> None:
+    """The whole path a launch takes (a `0,GPU-...` value once crashed it with ValueError): the Supervisor reads
+    the server's CUDA_VISIBLE_DEVICES, claims GPUs 0 and 1, and is refused while GPU 1 is held elsewhere."""
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml([UUID_0, UUID_1], {}))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    config = LocalConfig(server_command=(sys.executable, "-c", "raise SystemExit('must not run')"),
+                         data_dir=str(tmp_path / "data"), extra_env={"CUDA_VISIBLE_DEVICES": f"0,{UUID_1}"})
+    other = gpu_lock.acquire(None, (1,), gpu_lock.Holder.this_process("another model"))
+    try:
+        with pytest.raises(ServerFailure) as caught:
+            Supervisor(LaunchSpec(model=TI2V), config).start(timeout=60)
+    finally:
+        other.release()
+    err = caught.value
+    assert err.kind == failures.GPU_BUSY and err.what == "GPUs 0,1 are already in use by another launcher process", \
+        err.what
+    assert "runs another model on GPU 1" in err.why
+    assert not (tmp_path / "data" / "logs").exists(), "refused before anything was launched"
+    held = gpu_lock.acquire(None, launch_prep.gpu_targets(LaunchSpec(model=TI2V), config),
+                            gpu_lock.Holder.this_process("mine"))
+    try:
+        assert held.gpus == (0, 1), "the UUID is GPU 1: both GPUs are claimed, not all of them"
+        with pytest.raises(ServerFailure):
+            gpu_lock.acquire(None, (0,), gpu_lock.Holder.this_process("third"))
+    finally:
+        held.release()

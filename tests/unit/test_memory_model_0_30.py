@@ -17,7 +17,7 @@ from vllm_omni_launcher.planner.calibration import CALIBRATION, calibration_for
 from vllm_omni_launcher.planner.ladder import recommend
 from vllm_omni_launcher.planner.memory import RequestShape, plan
 from vllm_omni_launcher.planner.speed_costs import SPEED_COSTS, speed_cost
-from vllm_omni_launcher.server.spec import LaunchSpec, MemoryConfig, RuntimeConfig
+from vllm_omni_launcher.server.launch.spec import LaunchSpec, MemoryConfig, RuntimeConfig
 
 TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
 ROOT = Path(__file__).resolve().parents[2]

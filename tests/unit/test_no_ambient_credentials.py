@@ -24,7 +24,7 @@ from vllm_omni_launcher.client.hosts import is_loopback_host, numeric_ipv4
 from vllm_omni_launcher.client.transport import Transport, env_proxy_note
 from vllm_omni_launcher.errors import LauncherError
 from vllm_omni_launcher.nodes import session
-from vllm_omni_launcher.server.local_config import load_local_config, origin
+from vllm_omni_launcher.server.config.local_config import load_local_config, origin
 
 KEY = "sk-configured-key-1234"
 MODELS = {"object": "list", "data": [{"id": "Wan-AI/Wan2.2-TI2V-5B-Diffusers"}]}

@@ -10,15 +10,14 @@ import types
 
 import pytest
 
-from comfy_standin import ComfyStandIn
-from vllm_omni_launcher import NODE_CLASS_MAPPINGS
+from comfy_standin import ComfyStandIn, run_node
 from vllm_omni_launcher.cli import main
 from vllm_omni_launcher.errors import LauncherError, SpecError
 from vllm_omni_launcher.planner import gpus as gpus_mod
 from vllm_omni_launcher.planner.gpus import MAX_GPUS, parse_gpu_memory, scan_gpus, select_gpus
 from vllm_omni_launcher.planner.launch_plan import GPU_MEMORY_ENV, NO_GPU, ServingChoice
-from vllm_omni_launcher.server import versions
-from vllm_omni_launcher.server.local_config import LocalConfig
+from vllm_omni_launcher.server.launch import versions
+from vllm_omni_launcher.server.config.local_config import LocalConfig
 
 TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
 NO_GPU_TEXT = (
@@ -85,9 +84,9 @@ def test_no_permission_is_not_taken_for_no_gpu(machine):
 def test_the_local_server_node_refuses_a_machine_without_gpus_at_once(machine):
     machine(init_error=12)
     with ComfyStandIn() as comfy:
-        model = NODE_CLASS_MAPPINGS["VLLMOmniLoadModel"]().load(TI2V)[0]
+        model = run_node("VLLMOmniLoadModel", TI2V)[0]
         with pytest.raises(LauncherError) as err:
-            NODE_CLASS_MAPPINGS["VLLMOmniLocalServer"]().start(model, ServingChoice(), unique_id="srv")
+            run_node("VLLMOmniLocalServer", model, ServingChoice(), unique_id="srv")
     assert err.value.kind == NO_GPU and err.value.setting == "gpus"
     assert str(err.value) == NO_GPU_TEXT
     assert not any("Starting" in text for text, _ in comfy.texts)

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from comfy_standin import ComfyStandIn
-from vllm_omni_launcher import NODE_CLASS_MAPPINGS
+from comfy_standin import ComfyStandIn, run_node
 from vllm_omni_launcher.errors import LauncherError
 from vllm_omni_launcher.models import FAMILIES, find_local_models, request_for
-from vllm_omni_launcher.nodes import comfy_bridge, progress, session
+from vllm_omni_launcher.nodes import NODES, comfy_bridge, progress, session
 from vllm_omni_launcher.nodes.handles import ServerHandle
 
 TI2V_INDEX = {"_class_name": "WanPipeline", "expand_timesteps": True}
@@ -56,28 +55,28 @@ def test_local_models_are_found_at_any_depth_labelled_by_relative_path(diffusers
 
 
 def test_load_model_offers_presets_and_local_labels_and_accepts_them(diffusers):
-    node = NODE_CLASS_MAPPINGS["VLLMOmniLoadModel"]
-    options = node.INPUT_TYPES()["required"]["model"][0]
+    node = NODES["VLLMOmniLoadModel"]
+    options = node.inputs()[0].choices()
     assert options[:3] == [f.hf_id for f in FAMILIES.values()]
     assert "local/Wan-AI/Wan2.2-TI2V-5B-Diffusers" in options
     assert not any(str(diffusers) in o or o.startswith("/") for o in options), "no absolute path in the list"
-    assert not hasattr(node, "VALIDATE_INPUTS"), "ComfyUI's own list check must apply"
-    choice = node().load("local/Wan-AI/Wan2.2-TI2V-5B-Diffusers")[0]
+    assert node.validate({"model": "local/Wan-AI/Wan2.2-TI2V-5B-Diffusers"}) is True     # checked at /prompt
+    assert "not one of Load Model's choices" in node.validate({"model": "local/missing"})
+    choice = run_node("VLLMOmniLoadModel", "local/Wan-AI/Wan2.2-TI2V-5B-Diffusers")[0]
     assert choice.model == str(diffusers / "Wan-AI" / "Wan2.2-TI2V-5B-Diffusers") and choice.family_key == "ti2v_5b"
     assert choice.label == "local/Wan-AI/Wan2.2-TI2V-5B-Diffusers"
-    preset = node().load("Wan-AI/Wan2.2-I2V-A14B-Diffusers")[0]
+    preset = run_node("VLLMOmniLoadModel", "Wan-AI/Wan2.2-I2V-A14B-Diffusers")[0]
     assert (preset.model, preset.family_key) == ("Wan-AI/Wan2.2-I2V-A14B-Diffusers", "i2v_a14b")
 
 
 def test_load_model_refuses_anything_else_with_one_message_whether_or_not_it_exists(diffusers, tmp_path):
-    node = NODE_CLASS_MAPPINGS["VLLMOmniLoadModel"]()
     existing = str(diffusers / "t2v")               # a real Wan folder, given as a path
     tries = [existing, str(tmp_path / "does-not-exist"), "~/../../x", "local/missing", "local/../t2v",
              "local/sdxl", "wan-ai/wan2.2-ti2v-5b-diffusers "]
     errors = []
     for name in tries:
         with pytest.raises(LauncherError) as err:
-            node.load(name)
+            run_node("VLLMOmniLoadModel", name)
         errors.append(err.value)
     assert {(e.why, e.fix, e.setting) for e in errors} == {(errors[0].why, errors[0].fix, "model")}
     assert all(e.what == f"Model '{name}' is not one of Load Model's choices on this machine"
@@ -86,62 +85,60 @@ def test_load_model_refuses_anything_else_with_one_message_whether_or_not_it_exi
 
 # --------------------------------------------------------------------------- caching keys
 def test_caching_keys_keep_an_unchanged_graph_cached():
-    # ComfyUI folds each upstream IS_CHANGED into the downstream cache key: NaN (!= itself) upstream
-    # of Generate Video would re-run the job on every queue.
-    assert not hasattr(NODE_CLASS_MAPPINGS["VLLMOmniLocalServer"], "IS_CHANGED")
-    remote = NODE_CLASS_MAPPINGS["VLLMOmniRemoteServer"]
-    first = remote.IS_CHANGED(url="http://127.0.0.1:8091", model_family="ti2v_5b", remote_server=session.USE_URL)
-    again = remote.IS_CHANGED(url="http://127.0.0.1:8091", model_family="ti2v_5b", remote_server=session.USE_URL)
-    assert first == again and first == first                           # stable, and not NaN
-    assert remote.IS_CHANGED(url="http://127.0.0.1:9999", model_family="ti2v_5b") != first
+    # ComfyUI folds each upstream fingerprint_inputs into the downstream cache key: NaN (!= itself)
+    # upstream of Generate Video would re-run the job on every queue.
+    assert [n for n in NODES.values() if n.fingerprint is not None and not n.output_node] == [NODES[
+        "VLLMOmniRemoteServer"]]                                        # Local Server and the rest: inputs only
+    remote = NODES["VLLMOmniRemoteServer"].fingerprint
+    first = remote(url="http://127.0.0.1:8091", model_family="ti2v_5b", remote_server=session.USE_URL)
+    assert first == "http://127.0.0.1:8091"                             # stable, and not NaN
+    assert remote(url="http://127.0.0.1:8091", model_family="ti2v_5b", remote_server=session.USE_URL) == first
+    assert remote(url="http://127.0.0.1:9999", model_family="ti2v_5b") != first
     for node_id in ("VLLMOmniStopServer", "VLLMOmniServerStatus", "VLLMOmniDoctor"):
-        cls = NODE_CLASS_MAPPINGS[node_id]
-        assert cls.OUTPUT_NODE and math.isnan(cls.IS_CHANGED())        # report nodes act on every queue
-        assert cls.RETURN_TYPES == ("STRING",)                          # nothing expensive downstream
+        node = NODES[node_id]
+        assert node.output_node and math.isnan(node.fingerprint())     # report nodes act on every queue
+        assert [o.kind for o in node.outputs] == ["STRING"]             # nothing expensive downstream
 
 
 def test_remote_identity_follows_the_configured_url_of_a_named_server(tmp_path, monkeypatch):
     config = tmp_path / "launcher.json"
     monkeypatch.setenv("VLLM_OMNI_LAUNCHER_CONFIG", str(config))
     config.write_text(json.dumps({"remote_servers": {"box": {"url": "http://127.0.0.1:8091"}}}))
-    remote = NODE_CLASS_MAPPINGS["VLLMOmniRemoteServer"]
-    before = remote.IS_CHANGED(url="ignored", model_family="ti2v_5b", remote_server="box")
-    assert before == remote.IS_CHANGED(url="also ignored", model_family="ti2v_5b", remote_server="box")
+    remote = NODES["VLLMOmniRemoteServer"].fingerprint
+    before = remote(url="ignored", model_family="ti2v_5b", remote_server="box")
+    assert before == remote(url="also ignored", model_family="ti2v_5b", remote_server="box")
     config.write_text(json.dumps({"remote_servers": {"box": {"url": "http://127.0.0.1:8092"}}}))
-    assert remote.IS_CHANGED(url="ignored", model_family="ti2v_5b", remote_server="box") != before
+    assert remote(url="ignored", model_family="ti2v_5b", remote_server="box") != before
     config.write_text("{not json")
-    assert remote.IS_CHANGED(url="x", model_family="ti2v_5b", remote_server="box") == "box="   # never raises
+    assert remote(url="x", model_family="ti2v_5b", remote_server="box") == "box="   # never raises
 
 
 # --------------------------------------------------------------------------- schemas
 def test_every_input_and_output_has_a_tooltip_and_every_node_a_description():
-    for node_id, cls in NODE_CLASS_MAPPINGS.items():
-        types = cls.INPUT_TYPES()
-        assert cls.DESCRIPTION, node_id
-        for section in ("required", "optional"):
-            for name, spec in (types.get(section) or {}).items():
-                opts = spec[1] if len(spec) > 1 else {}
-                assert opts.get("tooltip"), f"{node_id}.{name} has no tooltip"
-                tip = opts["tooltip"]
-                if "min" in opts and "recommended" in tip:
-                    marker = "-1 =" if opts["min"] < 0 else "0 ="
-                    assert marker in tip and ("0 or -1" not in tip), f"{node_id}.{name}: {tip}"
-        assert len(cls.OUTPUT_TOOLTIPS) == len(cls.RETURN_TYPES) and all(cls.OUTPUT_TOOLTIPS), node_id
+    for node_id, node in NODES.items():
+        assert node.description, node_id
+        for spec in node.inputs():
+            tip = spec.tooltip
+            assert tip, f"{node_id}.{spec.name} has no tooltip"
+            if "min" in spec.opts and "recommended" in tip:
+                marker = "-1 =" if spec.opts["min"] < 0 else "0 ="
+                assert marker in tip and ("0 or -1" not in tip), f"{node_id}.{spec.name}: {tip}"
+        assert node.outputs and all(o.tooltip for o in node.outputs), node_id
 
 
 def test_report_nodes_take_the_node_id_to_show_their_text():
     for node_id in ("VLLMOmniStopServer", "VLLMOmniServerStatus", "VLLMOmniDoctor", "VLLMOmniLocalServer",
                     "VLLMOmniRemoteServer", "VLLMOmniGenerateVideo"):
-        assert NODE_CLASS_MAPPINGS[node_id].INPUT_TYPES()["hidden"]["unique_id"] == "UNIQUE_ID"
+        assert "unique_id" in NODES[node_id].hidden
 
 
 def test_status_and_stop_text_reaches_the_node_the_output_and_the_history():
     with ComfyStandIn() as comfy:
-        out = NODE_CLASS_MAPPINGS["VLLMOmniServerStatus"]().report(unique_id="7")
-        stop = NODE_CLASS_MAPPINGS["VLLMOmniStopServer"]().stop(stop_all=False, unique_id="8")
-    assert out["result"] == ("No launcher-started server is running.",) and out["ui"]["text"] == list(out["result"])
-    assert stop["result"] == ("No launcher-started server was running.",)
-    assert comfy.texts == [(out["result"][0], "7"), (stop["result"][0], "8")]     # send_progress_text
+        out = run_node("VLLMOmniServerStatus", unique_id="7")
+        stop = run_node("VLLMOmniStopServer", stop_all=False, unique_id="8")
+    assert out == ("No launcher-started server is running.",) and NODES["VLLMOmniServerStatus"].shows_text
+    assert stop == ("No launcher-started server was running.",) and NODES["VLLMOmniStopServer"].shows_text
+    assert comfy.texts == [(out[0], "7"), (stop[0], "8")]     # send_progress_text
 
 
 # --------------------------------------------------------------------------- Remote Server keys
@@ -190,10 +187,10 @@ def recording(tmp_path, monkeypatch):
 
 
 def test_remote_server_offers_configured_servers_and_sends_their_key(recording):
-    node = NODE_CLASS_MAPPINGS["VLLMOmniRemoteServer"]
-    assert node.INPUT_TYPES()["optional"]["remote_server"][0] == [session.USE_URL, "box"]
+    remote_server = NODES["VLLMOmniRemoteServer"].inputs()[-1]
+    assert remote_server.name == "remote_server" and remote_server.choices() == [session.USE_URL, "box"]
     with ComfyStandIn() as comfy:
-        handle = node().connect("http://ignored.invalid", "ti2v_5b", "box", unique_id="2")[0]
+        handle = run_node("VLLMOmniRemoteServer", "http://ignored.invalid", "ti2v_5b", "box", unique_id="2")[0]
     assert recording.auth == ["Bearer k"]
     assert (handle.url, handle.remote_name, handle.served_name) == (
         f"http://127.0.0.1:{recording.port}", "box", "Wan-AI/Wan2.2-TI2V-5B-Diffusers")
@@ -202,22 +199,20 @@ def test_remote_server_offers_configured_servers_and_sends_their_key(recording):
 
 
 def test_a_typed_url_gets_the_key_only_when_its_origin_is_configured(recording):
-    node = NODE_CLASS_MAPPINGS["VLLMOmniRemoteServer"]()
-    node.connect(f"http://127.0.0.1:{recording.port}/v1", "ti2v_5b")       # the configured origin (path ignored)
+    run_node("VLLMOmniRemoteServer", f"http://127.0.0.1:{recording.port}/v1", "ti2v_5b")       # the configured origin (path ignored)
     assert recording.auth == ["Bearer k"]
     with pytest.raises(LauncherError) as err:                              # same server, another origin
-        node.connect(f"http://localhost:{recording.port}", "ti2v_5b")
+        run_node("VLLMOmniRemoteServer", f"http://localhost:{recording.port}", "ti2v_5b")
     assert recording.auth[1:] and all(a is None for a in recording.auth[1:]), "the key went to an unnamed origin"
     assert "requires an API key" in err.value.what
 
 
 def test_an_unknown_configured_name_and_a_bad_url_name_the_widget(recording):
-    node = NODE_CLASS_MAPPINGS["VLLMOmniRemoteServer"]()
     with pytest.raises(LauncherError) as err:
-        node.connect("http://127.0.0.1:1", "ti2v_5b", "gpu-box")
+        run_node("VLLMOmniRemoteServer", "http://127.0.0.1:1", "ti2v_5b", "gpu-box")
     assert err.value.setting == "remote_server" and "remote_servers" in err.value.fix
     with pytest.raises(LauncherError) as err:
-        node.connect("ftp://127.0.0.1:1", "ti2v_5b")
+        run_node("VLLMOmniRemoteServer", "ftp://127.0.0.1:1", "ti2v_5b")
     assert err.value.setting == "url"
     assert recording.auth == []
 
@@ -236,28 +231,16 @@ def test_reporter_sends_text_and_bar_only_when_they_change():
     assert comfy.progress == [(1, 3), (2, 3)]
 
 
-def test_reporter_never_clears_comfyuis_cancel_and_remembers_one_raised_by_the_bar():
+def test_reporter_sees_a_pending_cancel_and_never_clears_it_while_the_bar_moves():
     with ComfyStandIn() as comfy:
         reporter = progress.NodeReporter("5")
+        assert not reporter.cancel_requested()
         comfy.interrupt.set()
-        reporter.bar(1, 10)                  # a real ProgressBar update would clear the flag and raise
-        assert comfy.interrupt.is_set() and reporter.cancel_requested() and comfy.progress == []
-        other = progress.NodeReporter("6")
-        other._bar = comfy_bridge.progress_bar(10, "6")
-
-        def racing_update(value, total=None, preview=None):   # Cancel pressed between check and update
-            comfy.interrupt.clear()
-            raise comfy_bridge_interrupt()
-
-        other._bar.update_absolute = racing_update
-        comfy.interrupt.clear()
-        other.bar(2, 10)
-        assert other.cancel_requested() and not comfy.interrupt.is_set()
-
-
-def comfy_bridge_interrupt() -> BaseException:
-    import comfy.model_management as mm  # the stand-in's
-    return mm.InterruptProcessingException()
+        reporter.bar(1, 10)                  # the V3 progress API never consumes ComfyUI's Cancel
+        assert comfy.interrupt.is_set() and reporter.cancel_requested() and comfy.progress == [(1, 10)]
+        reporter.close()
+        reporter.bar(2, 10)                  # the node has returned: no more bar
+    assert comfy.progress == [(1, 10)]
 
 
 def test_a_run_replaces_the_last_text_and_a_failure_says_what_went_wrong():
@@ -338,17 +321,18 @@ def test_a_plan_limit_applies_only_where_generate_asks_for_the_models_value():
     from vllm_omni_launcher.nodes.handles import RequestLimit
 
     limit = RequestLimit(1280, 704, 113, "the serving plan fits 1280x704x113, not the model's 1280x704x121")
-    widgets, note = session._apply_limit(limit, {"width": 0, "height": 0, "frames": 0, "seed": 1})
+    widgets, note = limit.apply({"width": 0, "height": 0, "frames": 0, "seed": 1})   # what build_request applies
     assert (widgets["width"], widgets["height"], widgets["frames"]) == (1280, 704, 113)
     assert note.startswith("width, height, frames from the serving plan")
-    kept, note = session._apply_limit(limit, {"width": 640, "height": 0, "frames": 81})
+    kept, note = limit.apply({"width": 640, "height": 0, "frames": 81})
     assert kept == {"width": 640, "height": 0, "frames": 81} and note == ""
-    assert session._apply_limit(None, {"frames": 0}) == ({"frames": 0}, "")
 
 
 def test_handles_carry_no_process_and_are_equal_for_the_same_server():
     a = ServerHandle("remote", "http://127.0.0.1:1", "wan", "ti2v_5b")
-    assert a == ServerHandle("remote", "http://127.0.0.1:1", "wan", "ti2v_5b") and hash(a) == hash(a)
+    b = ServerHandle("remote", "http://127.0.0.1:1", "wan", "ti2v_5b")       # another object, same server
+    assert a is not b and a == b and hash(a) == hash(b) and len({a, b}) == 1
+    assert a != ServerHandle("remote", "http://127.0.0.1:2", "wan", "ti2v_5b"), "another server"
     assert "generation" not in repr(a)
 
 
@@ -362,7 +346,7 @@ def test_generate_notes_an_idle_gpu_when_cfg_parallel_meets_guidance_1(monkeypat
                                                                        warned):
     from types import SimpleNamespace
 
-    from vllm_omni_launcher.server.spec import LaunchSpec, ParallelConfig
+    from vllm_omni_launcher.server.launch.spec import LaunchSpec, ParallelConfig
 
     spec = LaunchSpec(model=FAMILIES["t2v_a14b"].hf_id, parallel=ParallelConfig(mode=mode, degree=2))
     monkeypatch.setattr(session.registry, "find", lambda server_id: SimpleNamespace(spec=spec))

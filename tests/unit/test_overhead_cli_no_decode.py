@@ -1,20 +1,21 @@
 """`generate` with only the MP4 asked for (no --frames-npy): the server's bytes are written as they
 came, no frame is decoded, and the file is still checked against the request from its header
-(frames.probe_mp4). Servers: our own on 127.0.0.1 (tests/unit/hostile_server.py)."""
+(frames.probe_mp4). Servers: our own on 127.0.0.1 (tests/helpers/hostile_server.py)."""
 from __future__ import annotations
 
 import argparse
 import json
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 import pytest
 
 import hostile_server as hs
-from test_hostile_server import job_routes, solid_clip
+from clips import solid_clip
+from hostile_jobs import job_routes
 from vllm_omni_launcher.cli import generate_cmd
-from vllm_omni_launcher.client import api, frames
+from vllm_omni_launcher.client import frames, video_jobs
 from vllm_omni_launcher.client.api import VideoClient, VideoRequest
 from vllm_omni_launcher.client.frames import probe_mp4
 from vllm_omni_launcher.errors import LauncherError
@@ -30,16 +31,9 @@ def clip() -> tuple[bytes, float]:
 
 
 @pytest.fixture
-def served() -> Iterator[Callable[[bytes], VideoClient]]:
-    servers: list[hs.HostileServer] = []
-
-    def start(content: bytes) -> VideoClient:
-        servers.append(hs.HostileServer(job_routes(hs.answer(200, content))))
-        return VideoClient(servers[-1].url)
-
-    yield start
-    for server in servers:
-        server.close()
+def served(hostile) -> Callable[[bytes], VideoClient]:
+    """A client of a hostile server whose one job serves `content`."""
+    return lambda content: VideoClient(hostile(job_routes(hs.answer(200, content))).url)
 
 
 @pytest.fixture
@@ -47,7 +41,7 @@ def no_frame_decoded(monkeypatch) -> None:
     """Any frame decode fails the test (the streamed decoder and the frame converter)."""
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a frame was decoded although only the MP4 was asked for")
-    monkeypatch.setattr(api, "download_decoding", refuse)
+    monkeypatch.setattr(video_jobs, "download_decoding", refuse)
     monkeypatch.setattr(frames, "_convert", refuse)
 
 

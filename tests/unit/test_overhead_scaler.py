@@ -5,7 +5,7 @@ wait for missing bytes (client/body_buffer.py `read_wait_s`) that tells whether 
 download-bound.
 
 The MP4 is real (libx264 noise through PyAV, the index after the data as vLLM-Omni writes it);
-servers are our own on 127.0.0.1 (tests/unit/hostile_server.py).
+servers are our own on 127.0.0.1 (tests/helpers/hostile_server.py).
 """
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 import hostile_server as hs
-from test_overhead_streamed import F, H, PATH, W, file_route, noisy_clip
+from clips import NOISY_F as F, NOISY_H as H, NOISY_W as W
+from hostile_jobs import CONTENT_PATH as PATH, file_route
 from vllm_omni_launcher.client import frames as frames_mod
 from vllm_omni_launcher.client.body_buffer import BodyBuffer
 from vllm_omni_launcher.client.bounds import bounds_for
@@ -30,14 +31,9 @@ from vllm_omni_launcher.client.transport import Transport
 
 
 @pytest.fixture(scope="module")
-def clip() -> bytes:
-    return noisy_clip()
-
-
-@pytest.fixture(scope="module")
-def reference(clip: bytes) -> np.ndarray:
+def reference(noisy_mp4: bytes) -> np.ndarray:
     """The IMAGE as it was: each frame through PyAV's own to_ndarray(format="rgb24"), times 1/255."""
-    with av.open(io.BytesIO(clip)) as container:
+    with av.open(io.BytesIO(noisy_mp4)) as container:
         rgb = [f.to_ndarray(format="rgb24") for f in container.decode(container.streams.video[0])]
     return np.stack(rgb).astype(np.float32) * np.float32(1.0 / 255.0)
 
@@ -52,11 +48,11 @@ def _same(video: Any, reference: np.ndarray) -> None:
     {}, {"workers": 0}, {"workers": 1}, {"workers": 4}, {"threads": 1}, {"threads": 2, "workers": 2},
     {"thread_type": "FRAME"}, {"thread_type": "SLICE", "workers": 2}, {"buffer_size": 256 << 10},
 ])
-def test_every_decoder_setting_gives_exactly_the_image_of_to_ndarray(clip, reference, settings):
-    _same(decode_mp4(clip, bounds=bounds_for(W, H, F, {}), **settings), reference)
+def test_every_decoder_setting_gives_exactly_the_image_of_to_ndarray(noisy_mp4, reference, settings):
+    _same(decode_mp4(noisy_mp4, bounds=bounds_for(W, H, F, {}), **settings), reference)
 
 
-def test_the_scaler_is_made_once_per_converting_thread_not_once_per_frame(clip, reference, monkeypatch):
+def test_the_scaler_is_made_once_per_converting_thread_not_once_per_frame(noisy_mp4, reference, monkeypatch):
     made: list[int] = []
     real = av.video.reformatter.VideoReformatter
 
@@ -65,11 +61,11 @@ def test_the_scaler_is_made_once_per_converting_thread_not_once_per_frame(clip, 
         return real()
 
     monkeypatch.setattr(av.video.reformatter, "VideoReformatter", counting)
-    _same(decode_mp4(clip, workers=2), reference)
+    _same(decode_mp4(noisy_mp4, workers=2), reference)
     assert 1 <= len(made) <= 2 and len(set(made)) == len(made)      # 25 frames, 2 threads
 
 
-def test_a_pyav_without_the_threads_option_is_asked_once_per_thread_not_once_per_frame(clip, reference, monkeypatch):
+def test_a_pyav_without_the_threads_option_is_asked_once_per_thread_not_once_per_frame(noisy_mp4, reference, monkeypatch):
     """PyAV releases before reformat(threads=) raise TypeError for it: the converter drops the option
     after the first refusal on its thread instead of paying an exception on every frame."""
     refused: list[int] = []
@@ -86,12 +82,12 @@ def test_a_pyav_without_the_threads_option_is_asked_once_per_thread_not_once_per
             return self._real.reformat(frame, **options)
 
     monkeypatch.setattr(av.video.reformatter, "VideoReformatter", OldReformatter)
-    _same(decode_mp4(clip, workers=2), reference)
+    _same(decode_mp4(noisy_mp4, workers=2), reference)
     assert 1 <= len(refused) <= 2 and len(set(refused)) == len(refused)   # 25 frames, 2 threads
 
 
-def test_a_frame_of_another_size_is_scaled_like_to_ndarray_scales_it(clip):
-    with av.open(io.BytesIO(clip)) as container:
+def test_a_frame_of_another_size_is_scaled_like_to_ndarray_scales_it(noisy_mp4):
+    with av.open(io.BytesIO(noisy_mp4)) as container:
         frame = next(container.decode(container.streams.video[0]))
         expected = frame.to_ndarray(format="rgb24", width=W // 2, height=H // 2)
         got = frames_mod._rgb24(frame, W // 2, H // 2)
@@ -99,16 +95,16 @@ def test_a_frame_of_another_size_is_scaled_like_to_ndarray_scales_it(clip):
     assert np.array_equal(got, expected)
 
 
-def test_the_streamed_path_with_other_decoder_settings_gives_the_same_image(clip, reference):
-    server = hs.HostileServer({("GET", PATH): file_route(clip)})
+def test_the_streamed_path_with_other_decoder_settings_gives_the_same_image(noisy_mp4, reference):
+    server = hs.HostileServer({("GET", PATH): file_route(noisy_mp4)})
     try:
         with Transport(server.url) as http:
-            got = download_decoding(http, PATH, what="Downloading job v1", job_id="v1", max_bytes=len(clip) + 1,
+            got = download_decoding(http, PATH, what="Downloading job v1", job_id="v1", max_bytes=len(noisy_mp4) + 1,
                                     cap_reason="", bounds=bounds_for(W, H, F, {}), workers=1, threads=2,
                                     thread_type="FRAME", buffer_size=256 << 10)
     finally:
         server.close()
-    assert got.mp4 == clip and got.read_wait_s >= 0.0
+    assert got.mp4 == noisy_mp4 and got.read_wait_s >= 0.0
     _same(got.video, reference)
 
 

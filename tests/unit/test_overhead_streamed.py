@@ -11,15 +11,14 @@ import contextlib
 import io
 import threading
 import time
-from fractions import Fraction
 from typing import Any, Callable, Iterator, Optional
 
-import av
 import numpy as np
 import pytest
 
 import hostile_server as hs
-from test_hostile_server import CancelOnceBlocked, job_body, job_routes
+from clips import NOISY_F as F, NOISY_H as H, NOISY_W as W, noisy_clip
+from hostile_jobs import CANCEL_LATENCY_S, CONTENT_PATH as PATH, CancelOnceBlocked, file_route, job_body, job_routes
 from vllm_omni_launcher.client import streamed_download
 from vllm_omni_launcher.client.api import VideoClient, VideoRequest
 from vllm_omni_launcher.client.body_buffer import BodyBuffer
@@ -29,78 +28,13 @@ from vllm_omni_launcher.client.streamed_download import download_decoding
 from vllm_omni_launcher.client.transport import Cancelled, Deadlines, RetryPolicy, Transport
 from vllm_omni_launcher.errors import LauncherError
 
-PATH = "/v1/videos/v1/content"
-W, H, F = 320, 192, 25
-CANCEL_LATENCY_S = 1.5
 HOLD_S = 20.0          # the longest a test's stalled answer waits for the client to do what it waits for
 
 
-def noisy_clip(width: int = W, height: int = H, frames: int = F) -> bytes:
-    """A real H.264 MP4 of noise (so frames differ and decode errors would show), index at the end."""
-    rng = np.random.default_rng(7)
-    buf = io.BytesIO()
-    with av.open(buf, "w", format="mp4") as out:
-        stream = out.add_stream("libx264", rate=Fraction(16))
-        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
-        stream.options = {"preset": "ultrafast", "crf": "18"}
-        for _ in range(frames):
-            frame = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
-            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
-                out.mux(packet)
-        for packet in stream.encode():
-            out.mux(packet)
-    return buf.getvalue()
-
-
-@pytest.fixture(scope="module")
-def clip() -> bytes:
-    data = noisy_clip()
-    assert data.index(b"mdat") < data.index(b"moov")      # like upstream: the index after the data
-    assert len(data) >= streamed_download.TAIL_MIN_BYTES   # large enough that the tail is fetched
-    return data
-
-
-def file_route(data: bytes, *, ranges: bool = True, tail_data: Optional[bytes] = None,
-               hold: Optional[Callable[[], object]] = None, cut_at: Optional[int] = None) -> hs.Route:
-    """GET of a file like Starlette's FileResponse: `Accept-Ranges: bytes`, and a suffix range
-    answered with 206 (from `tail_data` when given: a server whose two answers disagree). The
-    whole answer stalls before its last quarter until `hold()` returns when given (so a decoder
-    has to wait for it; a test's hold waits for what the test is about, not for a fixed time a
-    busy box might not keep to), and stops at `cut_at` when given."""
-    def route(peer: hs.Peer) -> None:
-        wanted = peer.exchange.headers.get("range", "")
-        if ranges and wanted.startswith("bytes=-"):
-            start = max(0, len(data) - int(wanted[len("bytes=-"):]))
-            body = (tail_data or data)[start:]
-            if peer.head(206, {"Content-Type": "video/mp4", "Content-Length": len(body), "Accept-Ranges": "bytes",
-                               "Content-Range": f"bytes {start}-{len(data) - 1}/{len(data)}"}):
-                peer.send(body)
-            return
-        headers: dict[str, Any] = {"Content-Type": "video/mp4", "Content-Length": len(data)}
-        if ranges:
-            headers["Accept-Ranges"] = "bytes"
-        if not peer.head(200, headers):
-            return
-        body = data if cut_at is None else data[:cut_at]
-        split = len(body) * 3 // 4
-        if peer.send(body[:split]):
-            if hold is not None:
-                hold()
-            peer.send(body[split:])
-    return route
-
-
 @pytest.fixture
-def serve() -> Iterator[Callable[[hs.Route], hs.HostileServer]]:
-    servers: list[hs.HostileServer] = []
-
-    def start(route: hs.Route) -> hs.HostileServer:
-        servers.append(hs.HostileServer({("GET", PATH): route}))
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        server.close()
+def serve(hostile) -> Callable[[hs.Route], hs.HostileServer]:
+    """A hostile server whose one route is the file at PATH."""
+    return lambda route: hostile({("GET", PATH): route})
 
 
 def fetch(url: str, data_len: int, **kw: Any) -> streamed_download.StreamedVideo:
@@ -114,11 +48,11 @@ def fetch(url: str, data_len: int, **kw: Any) -> streamed_download.StreamedVideo
 
 # ----------------------------------------------------------------------------- the result
 
-def test_streamed_decode_gives_exactly_the_frames_and_bytes_of_download_then_decode(serve, clip):
-    reference = decode_mp4(clip, bounds=bounds_for(W, H, F, {}))
-    server = serve(file_route(clip))
-    got = fetch(server.url, len(clip))
-    assert got.mp4 == clip
+def test_streamed_decode_gives_exactly_the_frames_and_bytes_of_download_then_decode(serve, noisy_mp4):
+    reference = decode_mp4(noisy_mp4, bounds=bounds_for(W, H, F, {}))
+    server = serve(file_route(noisy_mp4))
+    got = fetch(server.url, len(noisy_mp4))
+    assert got.mp4 == noisy_mp4
     assert got.video.frames.shape == (F, H, W, 3) and got.video.frames.dtype == np.float32
     assert got.video.frames.flags.c_contiguous
     assert np.array_equal(got.video.frames, reference.frames) and got.video.fps == reference.fps == 16
@@ -157,13 +91,13 @@ def watched_reads() -> Iterator[list[tuple[float, int]]]:
         streamed_download.decode_mp4 = original
 
 
-def test_decoding_starts_before_the_last_byte_when_the_tail_comes_first(serve, clip):
+def test_decoding_starts_before_the_last_byte_when_the_tail_comes_first(serve, noisy_mp4):
     """The whole answer stalls before its last quarter until the decoder has read frame data of
     the first three quarters (or HOLD_S passed): with the tail (the index) in, it has, so the
     decode ran while the download stalled. The stall ends on that event, not after a fixed time
     the client might miss on a busy box."""
     def in_middle(pos: int) -> bool:
-        return len(clip) // 3 < pos < len(clip) * 3 // 4
+        return len(noisy_mp4) // 3 < pos < len(noisy_mp4) * 3 // 4
 
     resumed: list[float] = []
     with watched_reads() as seen:
@@ -171,47 +105,47 @@ def test_decoding_starts_before_the_last_byte_when_the_tail_comes_first(serve, c
             until(lambda: any(in_middle(pos) for _, pos in seen))
             resumed.append(time.monotonic())
 
-        server = serve(file_route(clip, hold=hold))
-        got = fetch(server.url, len(clip))
+        server = serve(file_route(noisy_mp4, hold=hold))
+        got = fetch(server.url, len(noisy_mp4))
     assert resumed and got.downloaded_at >= resumed[0]        # the stall was real
     middle = [pos for t, pos in seen if t < resumed[0] and in_middle(pos)]
     assert middle, "the decoder read no frame data while the download stalled"
 
 
-def test_without_range_support_it_waits_for_the_whole_file_and_asks_once(serve, clip):
-    server = serve(file_route(clip, ranges=False))
-    got = fetch(server.url, len(clip))
-    assert got.mp4 == clip and got.video.num_frames == F
+def test_without_range_support_it_waits_for_the_whole_file_and_asks_once(serve, noisy_mp4):
+    server = serve(file_route(noisy_mp4, ranges=False))
+    got = fetch(server.url, len(noisy_mp4))
+    assert got.mp4 == noisy_mp4 and got.video.num_frames == F
     assert len(server.calls("GET", PATH)) == 1                # no range asked of a server without them
 
 
-def test_a_tail_that_disagrees_with_the_file_is_an_error_not_a_mixed_video(serve, clip):
-    bad = bytearray(clip)
+def test_a_tail_that_disagrees_with_the_file_is_an_error_not_a_mixed_video(serve, noisy_mp4):
+    bad = bytearray(noisy_mp4)
     bad[-40] ^= 0xFF                                          # inside the index
-    split = len(clip) * 3 // 4                                # where the whole answer stalls
+    split = len(noisy_mp4) * 3 // 4                                # where the whole answer stalls
     with watched_reads() as seen:
         # the last quarter waits until the decoder has read the tail (so it is in and must be
         # compared): a fixed pause would race the tail's connection on a busy box
-        server = serve(file_route(clip, tail_data=bytes(bad), hold=lambda: until(
+        server = serve(file_route(noisy_mp4, tail_data=bytes(bad), hold=lambda: until(
             lambda: any(pos > split for _, pos in seen))))
         with pytest.raises(LauncherError) as info:
-            fetch(server.url, len(clip))
+            fetch(server.url, len(noisy_mp4))
     assert "changed while it was being downloaded" in info.value.what and info.value.setting == "server"
 
 
-def test_a_body_cut_short_is_the_download_error_even_while_decoding(serve, clip):
-    server = serve(file_route(clip, cut_at=len(clip) // 2))
+def test_a_body_cut_short_is_the_download_error_even_while_decoding(serve, noisy_mp4):
+    server = serve(file_route(noisy_mp4, cut_at=len(noisy_mp4) // 2))
     with pytest.raises(LauncherError) as info:
-        fetch(server.url, len(clip), retry=RetryPolicy(tries=1))
+        fetch(server.url, len(noisy_mp4), retry=RetryPolicy(tries=1))
     assert info.value.what.startswith("Lost the connection")  # the download's error, not the decoder's
     assert "IncompleteRead" in info.value.raw
 
 
-def test_cancel_during_a_stalled_download_ends_the_decode_within_a_second(serve, clip):
-    cancel = CancelOnceBlocked(file_route(clip, hold=lambda: time.sleep(30.0)), after_s=0.5)
+def test_cancel_during_a_stalled_download_ends_the_decode_within_a_second(serve, noisy_mp4):
+    cancel = CancelOnceBlocked(file_route(noisy_mp4, hold=lambda: time.sleep(30.0)), after_s=0.5)
     server = serve(cancel.serve)
     with pytest.raises(Cancelled):
-        fetch(server.url, len(clip), should_cancel=cancel)
+        fetch(server.url, len(noisy_mp4), should_cancel=cancel)
     assert cancel.at is not None and time.monotonic() - cancel.at < CANCEL_LATENCY_S
 
 
@@ -316,24 +250,24 @@ def test_a_failed_download_wakes_a_blocked_reader_with_its_error():
 
 # ----------------------------------------------------------------------------- the output, made early
 
-def test_decode_into_a_prepared_array_fills_that_array_with_the_same_frames(clip):
-    reference = decode_mp4(clip, bounds=bounds_for(W, H, F, {}))
+def test_decode_into_a_prepared_array_fills_that_array_with_the_same_frames(noisy_mp4):
+    reference = decode_mp4(noisy_mp4, bounds=bounds_for(W, H, F, {}))
     prepared = PreparedOutput(F, H, W)
     array = prepared.take()
     assert array is not None and prepared.take() is None              # handed over once
-    got = decode_mp4(clip, bounds=bounds_for(W, H, F, {}), into=array)
+    got = decode_mp4(noisy_mp4, bounds=bounds_for(W, H, F, {}), into=array)
     assert got.frames is array and np.array_equal(got.frames, reference.frames)
 
 
-def test_a_prepared_array_of_another_shape_is_left_alone(clip):
+def test_a_prepared_array_of_another_shape_is_left_alone(noisy_mp4):
     other = PreparedOutput(F - 4, H, W).take()
     assert other is not None
-    got = decode_mp4(clip, into=other)
+    got = decode_mp4(noisy_mp4, into=other)
     assert got.frames is not other and got.frames.shape == (F, H, W, 3) and other.shape == (F - 4, H, W, 3)
     assert not other.any()                                          # never written
 
 
-def test_generate_decodes_into_the_array_it_prepared_once_the_job_was_due(clip, monkeypatch):
+def test_generate_decodes_into_the_array_it_prepared_once_the_job_was_due(noisy_mp4, monkeypatch):
     made: list[PreparedOutput] = []
     original_take = PreparedOutput.take
 
@@ -344,7 +278,7 @@ def test_generate_decodes_into_the_array_it_prepared_once_the_job_was_due(clip, 
         return array
 
     monkeypatch.setattr(PreparedOutput, "take", take)
-    routes = job_routes(file_route(clip), job_id="v1", status=_status_sequence(["in_progress", "completed"]))
+    routes = job_routes(file_route(noisy_mp4), job_id="v1", status=_status_sequence(["in_progress", "completed"]))
     server = hs.HostileServer(routes)
     try:
         with VideoClient(server.url) as client:
@@ -353,7 +287,7 @@ def test_generate_decodes_into_the_array_it_prepared_once_the_job_was_due(clip, 
     finally:
         server.close()
     assert made and result.video is not None and result.video.frames is made[0]
-    assert np.array_equal(result.video.frames, decode_mp4(clip).frames)
+    assert np.array_equal(result.video.frames, decode_mp4(noisy_mp4).frames)
 
 
 def _status_sequence(statuses: list[str]) -> hs.Route:

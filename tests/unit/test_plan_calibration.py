@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from vllm_omni_launcher.planner.memory import RequestShape, plan
-from vllm_omni_launcher.server.spec import LaunchSpec, MemoryConfig, RuntimeConfig
+from vllm_omni_launcher.server.launch.spec import LaunchSpec, MemoryConfig, RuntimeConfig
 
 TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
 DATA = json.loads((Path(__file__).resolve().parents[2] / "bench" / "memory" / "results" /

@@ -10,7 +10,7 @@ import pytest
 
 from vllm_omni_launcher.cli import main
 from vllm_omni_launcher.planner.memory import RequestShape, plan
-from vllm_omni_launcher.server.spec import LaunchSpec
+from vllm_omni_launcher.server.launch.spec import LaunchSpec
 
 CASES = [
     ("Wan-AI/Wan2.2-TI2V-5B-Diffusers", 1280, 704, 121, "24"),
@@ -18,11 +18,6 @@ CASES = [
     ("Wan-AI/Wan2.2-I2V-A14B-Diffusers", 1280, 720, 81, "80"),
     ("Wan-AI/Wan2.2-T2V-A14B-Diffusers", 1280, 720, 81, "141,141"),
 ]
-
-
-@pytest.fixture(autouse=True)
-def _isolated_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_CONFIG", str(tmp_path / "none.json"))
 
 
 @pytest.mark.parametrize("model,w,h,f,mem", CASES)

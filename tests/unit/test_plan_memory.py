@@ -11,7 +11,7 @@ from vllm_omni_launcher.planner.calibration import CALIBRATION
 from vllm_omni_launcher.planner.memory import RequestShape, plan
 from vllm_omni_launcher.planner.model_sizes import builtin_sizes, model_sizes
 from vllm_omni_launcher.models import FAMILIES
-from vllm_omni_launcher.server.spec import LaunchSpec, MemoryConfig, ParallelConfig, RuntimeConfig
+from vllm_omni_launcher.server.launch.spec import LaunchSpec, MemoryConfig, ParallelConfig, RuntimeConfig
 
 T2V = "Wan-AI/Wan2.2-T2V-A14B-Diffusers"
 I2V = "Wan-AI/Wan2.2-I2V-A14B-Diffusers"

@@ -10,7 +10,7 @@ import pytest
 from vllm_omni_launcher.cli import main
 from vllm_omni_launcher.planner.ladder import recommend
 from vllm_omni_launcher.planner.memory import RequestShape, plan
-from vllm_omni_launcher.server.spec import LaunchSpec
+from vllm_omni_launcher.server.launch.spec import LaunchSpec
 
 T2V = "Wan-AI/Wan2.2-T2V-A14B-Diffusers"
 NOT_LINE = re.compile(r"^  not (1 GPU, no offload)(?: at (\S+))?: GPU 0 needs ([\d.]+) GiB", re.M)

@@ -5,7 +5,7 @@
 check a launch makes (`versions.checked_server_version`): a 0.26 environment is planned with 0.26's
 memory and speed figures, a 0.30 one with 0.30's, and the texts say which. Where `plan` cannot read
 the environment it uses the pinned line and says so. The environments are fakes whose interpreter
-reports a version, as in test_cli_server_versions.py.
+reports a version, (fake_server_envs.py).
 """
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from test_cli_server_versions import _command, _server_env
+from fake_server_envs import fake_server_env, server_command
 from vllm_omni_launcher.cli import main
 from vllm_omni_launcher.planner.launch_plan import GPU_MEMORY_ENV, ServingChoice, resolve_launch
 from vllm_omni_launcher.planner.memory import plan
 from vllm_omni_launcher.planner.step_down import step_down
-from vllm_omni_launcher.server.local_config import load_local_config
-from vllm_omni_launcher.server.spec import LaunchSpec
+from vllm_omni_launcher.server.config.local_config import load_local_config
+from vllm_omni_launcher.server.launch.spec import LaunchSpec
 
 TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
 GIB = 2 ** 30
@@ -42,7 +42,7 @@ def server_line(tmp_path, monkeypatch):
 
     def use(line: tuple[int, int], omni: str = "") -> None:
         vllm = f"{line[0]}.{line[1]}.0"
-        monkeypatch.setenv("VLLM_OMNI_LAUNCHER_SERVER_CMD", _command(_server_env(tmp_path, vllm, omni or vllm)))
+        monkeypatch.setenv("VLLM_OMNI_LAUNCHER_SERVER_CMD", server_command(fake_server_env(tmp_path, vllm, omni or vllm)))
     return use
 
 

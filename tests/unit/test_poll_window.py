@@ -22,7 +22,7 @@ from vllm_omni_launcher.cli import generate_cmd
 from vllm_omni_launcher.client import poll_window
 from vllm_omni_launcher.client.api import VideoClient, VideoRequest
 from vllm_omni_launcher.client.poll_window import FAST_POLL_S, FAST_WINDOW_S, LEAD_S, PollCadence
-from vllm_omni_launcher.server.logwatch import DenoiseProgress
+from vllm_omni_launcher.server.logs.logwatch import DenoiseProgress
 
 NORMAL_S = 0.25
 
@@ -219,3 +219,31 @@ def test_the_cli_hints_with_its_servers_last_denoise_step() -> None:
     sup.now = DenoiseProgress(4, 4, 4, 1.0, 0.0, 0.0, 0.0, done=True)
     assert due()
     assert generate_cmd._denoised(None) is None                           # --url: the client's own record
+
+
+def test_the_time_after_the_hint_carries_over_to_another_step_count_of_the_same_shape(clocked) -> None:
+    """What follows the last denoise step (decode, postprocess, encode) does not depend on the steps: a job
+    with other steps is noticed within a fast poll once one of its shape taught the time after the hint."""
+    server, client = clocked([12.0, 17.0])
+    time = server.time
+    for steps, hint_s in ((4, 5.0), (8, 10.0)):                        # 7 s after the hint, both
+        start = time.clock()
+        client.generate(replace(REQUEST, steps=steps, guidance=3.0 + steps),
+                        due=lambda s=start, h=hint_s: time.clock() >= s + h)
+    first, second = server.jobs
+    assert first.seen_done_at - first.end <= NORMAL_S + 1e-6            # nothing learned yet
+    assert second.seen_done_at - second.end <= FAST_POLL_S + 1e-6       # learned from the 4-step job
+    assert polls_between(second, 10.0 + FAST_WINDOW_S, 17.0 - LEAD_S - 0.01) <= 7.0 / NORMAL_S + 2
+
+
+def test_the_time_after_the_hint_is_not_carried_over_to_another_output(clocked) -> None:
+    """Only the denoise-only fields are left out: a job whose output differs (here its fps, part of what the
+    MP4 encode makes) learns its own time after the hint."""
+    server, client = clocked([12.0, 12.0])
+    time = server.time
+    for fps in (16, 8):
+        start = time.clock()
+        client.generate(replace(REQUEST, fps=fps), due=lambda s=start: time.clock() >= s + 5.0)
+    second = server.jobs[1]
+    assert second.seen_done_at - second.end > FAST_POLL_S + 1e-6         # not learned: the window opened at the hint
+    assert polls_between(second, 5.0 + FAST_WINDOW_S + 0.01, 12.0) <= (12.0 - 6.5) / NORMAL_S + 2

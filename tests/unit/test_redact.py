@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_omni_launcher.server.redact import is_secret_name, mask_env, mask_url_password, strip_control
+from vllm_omni_launcher.errors.redact import is_secret_name, mask_env, mask_url_password, strip_control
 
 
 @pytest.mark.parametrize("name", ["HF_TOKEN", "hf_token", "VLLM_API_KEY", "AWS_SECRET_ACCESS_KEY", "PGPASSWORD",

@@ -15,9 +15,9 @@ import pytest
 
 from vllm_omni_launcher.cli import serve_cmd
 from vllm_omni_launcher.errors import LauncherError
-from vllm_omni_launcher.server import replica_network
-from vllm_omni_launcher.server.local_config import LocalConfig, config_reference, load_local_config
-from vllm_omni_launcher.server.multi_host import HeadRole
+from vllm_omni_launcher.server.supervision import replica_network
+from vllm_omni_launcher.server.config.local_config import LocalConfig, config_reference, load_local_config
+from vllm_omni_launcher.server.supervision.multi_host import HeadRole
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "::1", "10.0.0.5", "172.20.1.2", "192.168.1.10", "100.101.102.103",

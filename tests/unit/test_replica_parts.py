@@ -17,24 +17,21 @@ import time
 import psutil
 import pytest
 
-from vllm_omni_launcher import NODE_CLASS_MAPPINGS
+from comfy_standin import run_node
+from vllm_omni_launcher.nodes import NODES
 from vllm_omni_launcher.cli.launch_options import add_launch_options, spec_from_args
 from vllm_omni_launcher.errors import LauncherError, SpecError
 from vllm_omni_launcher.planner.launch_plan import GPU_MEMORY_ENV, ServingChoice, resolve_launch
-from vllm_omni_launcher.server import failures, replicas
-from vllm_omni_launcher.server.local_config import LocalConfig
-from vllm_omni_launcher.server.spec import LaunchSpec, ParallelConfig
+from vllm_omni_launcher.server.launch import replicas
+from vllm_omni_launcher.server.supervision import replica_watch
+from vllm_omni_launcher.server.logs import failures
+from vllm_omni_launcher.server.config.local_config import LocalConfig
+from vllm_omni_launcher.server.launch.spec import LaunchSpec, ParallelConfig
 
 T2V = "Wan-AI/Wan2.2-T2V-A14B-Diffusers"
 I2V = "Wan-AI/Wan2.2-I2V-A14B-Diffusers"
 TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
 CONFIG = LocalConfig()
-
-
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch):
-    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_CONFIG", str(tmp_path / "none.json"))
-    monkeypatch.delenv(GPU_MEMORY_ENV, raising=False)
 
 
 def _overrides(spec: LaunchSpec) -> dict:
@@ -121,14 +118,15 @@ def test_cli_replicas_option_comes_from_the_declaration():
 
 
 def test_serving_config_replicas_is_an_optional_appended_widget():
-    node = NODE_CLASS_MAPPINGS["VLLMOmniServingConfig"]
-    types = node.INPUT_TYPES()
-    kind, opts = types["optional"]["replicas"]
-    assert kind == "INT" and (opts["default"], opts["min"], opts["max"]) == (1, 1, replicas.MAX_REPLICAS)
-    widgets = {name: spec[1]["default"] for name, spec in types["required"].items()}
-    (released,) = node().configure(**widgets)          # a workflow saved before the widget existed
+    inputs = NODES["VLLMOmniServingConfig"].inputs()
+    added = next(i for i in inputs if i.name == "replicas")
+    assert (added.kind, added.optional) == ("INT", True) and inputs.index(added) > max(
+        inputs.index(i) for i in inputs if not i.optional)                # after every released widget
+    assert (added.default, added.opts["min"], added.opts["max"]) == (1, 1, replicas.MAX_REPLICAS)
+    widgets = {i.name: i.default for i in inputs if not i.optional}
+    (released,) = run_node("VLLMOmniServingConfig", **widgets)          # a workflow saved before the widget existed
     assert released.replicas == 1
-    (choice,) = node().configure(**{**widgets, "parallel_mode": "none", "replicas": 2})
+    (choice,) = run_node("VLLMOmniServingConfig", **{**widgets, "parallel_mode": "none", "replicas": 2})
     assert choice.base_spec(TI2V, CONFIG).replicas == 2
 
 
@@ -195,19 +193,19 @@ def test_the_watch_finds_the_replica_processes_and_names_the_dead_one(tmp_path):
                               start_new_session=True)
     try:
         kids = [int(p) for p in parent.stdout.readline().split()]
-        watch = replicas.ReplicaWatch.find(parent.pid, 2)
+        watch = replica_watch.ReplicaWatch.find(parent.pid, 2)
         assert watch.complete and watch.pids() == kids and watch.dead() is None
         others = {c.pid for c in psutil.Process(parent.pid).children()} - set(kids)
         assert others, "the resource tracker is a child too, and is not counted"
-        three = replicas.ReplicaWatch.find(parent.pid, 3)
-        assert not three.complete and "2 of 3 replica processes" in replicas.missing_note(three)
+        three = replica_watch.ReplicaWatch.find(parent.pid, 3)
+        assert not three.complete and "2 of 3 replica processes" in replica_watch.missing_note(three)
         os.kill(kids[1], signal.SIGKILL)
         deadline = time.monotonic() + 10
         while watch.dead() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         dead = watch.dead()
         assert dead is not None and (dead.index, dead.pid) == (1, kids[1])
-        err = replicas.replica_died(dead, 2, ["... the server's last lines ..."])
+        err = replica_watch.replica_died(dead, 2, ["... the server's last lines ..."])
         assert err.kind == failures.CRASH and err.what == f"Replica 1 of 2 (pid {kids[1]}) died"
         assert "does not restart a dead replica" in err.why and "server's last lines" in err.raw
     finally:
@@ -216,7 +214,7 @@ def test_the_watch_finds_the_replica_processes_and_names_the_dead_one(tmp_path):
 
 
 def test_a_single_replica_server_has_nothing_to_watch():
-    watch = replicas.ReplicaWatch.find(os.getpid(), 1)
+    watch = replica_watch.ReplicaWatch.find(os.getpid(), 1)
     assert watch.complete and watch.pids() == [] and watch.dead() is None
     with pytest.raises(LauncherError):
         replicas.check(0, LaunchSpec(TI2V).family)

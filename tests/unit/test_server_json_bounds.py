@@ -8,17 +8,14 @@ import json
 import pytest
 
 import hostile_server as hs
-import test_hostile_server
-from test_hostile_server import JOB, job_body, job_routes, solid_clip
+from clips import solid_clip
+from hostile_jobs import JOB, job_body, job_routes
 from vllm_omni_launcher.client import server_json
 from vllm_omni_launcher.client.api import VideoClient, VideoRequest
 from vllm_omni_launcher.client.http_errors import parse_body
 from vllm_omni_launcher.errors import LauncherError
 
 DEEP = b"[" * 500_000 + b"]" * 500_000       # 1 MB less a little: within the transport's cap on a JSON body
-
-
-hostile = test_hostile_server.hostile          # the fixture: hostile servers of our own, closed after the test
 
 
 def test_the_raw_parser_cannot_take_what_a_hostile_server_sends():

@@ -2,7 +2,7 @@
 
 Zero-width and bidi characters (Unicode Cf: U+200B-U+200F, U+202A-U+202E, U+2066-U+2069, U+FEFF...)
 can hide or reorder what a user reads in an error ("Trojan Source"), and an error body is up to
-64 KiB: both are dealt with in one place (server/redact.py: strip_control, untrusted_text), which
+64 KiB: both are dealt with in one place (errors/redact.py: strip_control, untrusted_text), which
 every server-provided string in the client's errors goes through. The server here is a hostile peer
 on 127.0.0.1 (hostile_server.py) answering with such text.
 """
@@ -13,11 +13,11 @@ import unicodedata
 
 import pytest
 
-from hostile_server import HostileServer, answer
+from hostile_server import answer
 from vllm_omni_launcher.client.api import VideoClient, VideoRequest
 from vllm_omni_launcher.client.http_errors import MESSAGE_LIMIT
 from vllm_omni_launcher.errors import LauncherError
-from vllm_omni_launcher.server.redact import SERVER_TEXT_LIMIT, strip_control, untrusted_text
+from vllm_omni_launcher.errors.redact import SERVER_TEXT_LIMIT, strip_control, untrusted_text
 
 EVERY_CF = "".join(chr(c) for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) == "Cf")
 HIDING = "\u200b\u200c\u200d\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\ufeff\u2060\u00ad"
@@ -27,18 +27,6 @@ SPOOF = "flow\u200b_sh\u2067ift\u2069\u202e gnirts\u202c\ufeff"
 
 def invisible(text: str) -> list[str]:
     return sorted({f"U+{ord(ch):04X}" for ch in text if unicodedata.category(ch) in ("Cf", "Cs")})
-
-
-@pytest.fixture
-def hostile():
-    servers: list[HostileServer] = []
-
-    def start(routes) -> HostileServer:
-        servers.append(HostileServer(routes))
-        return servers[-1]
-    yield start
-    for server in servers:
-        server.close()
 
 
 def test_every_format_character_is_removed_and_visible_text_kept() -> None:

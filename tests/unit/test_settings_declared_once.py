@@ -9,32 +9,28 @@ import json
 
 import pytest
 
-from vllm_omni_launcher import NODE_CLASS_MAPPINGS
+from comfy_standin import run_node
+from vllm_omni_launcher.nodes import NODES
 from vllm_omni_launcher.cli import main
 from vllm_omni_launcher.cli.launch_options import add_launch_options, launch_from_args
 from vllm_omni_launcher.errors import LauncherError
 from vllm_omni_launcher.planner.gpus import GpuScan
 from vllm_omni_launcher.planner.launch_plan import (GPU_MEMORY_ENV, RequestLimit, ServingChoice, resolve_launch,
                                                     select_gpus)
-from vllm_omni_launcher.server import local_config
-from vllm_omni_launcher.server.local_config import LocalConfig
-from vllm_omni_launcher.server.settings import like, setting, settings_of
-from vllm_omni_launcher.server.spec import (CACHE_BACKENDS, OFFLOAD_MODES, PARALLEL_MODES, LaunchSpec, MemoryConfig,
+from vllm_omni_launcher.server.config import local_config
+from vllm_omni_launcher.server.config.local_config import LocalConfig
+from vllm_omni_launcher.server.config.settings import like, setting, settings_of
+from vllm_omni_launcher.server.launch.spec import (CACHE_BACKENDS, OFFLOAD_MODES, PARALLEL_MODES, LaunchSpec, MemoryConfig,
                                             ParallelConfig, RuntimeConfig)
-from vllm_omni_launcher.server.versions import DEFAULT_VERSION
+from vllm_omni_launcher.server.launch.versions import DEFAULT_VERSION
 
 T2V = "Wan-AI/Wan2.2-T2V-A14B-Diffusers"
 TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
 # Saved workflows store Serving Config's values by position: these names, in this order, are the format.
 RELEASED_WIDGETS = ["gpus", "parallel_mode", "parallel_degree", "vae_patch_parallel", "offload", "fp8",
-                    "vae_tiling", "cache_backend", "compile", "keep_alive_minutes", "auto_fallback", "replicas"]
+                    "vae_tiling", "cache_backend", "compile", "keep_alive_minutes", "auto_fallback", "replicas",
+                    "speed"]
 CONFIG = LocalConfig()
-
-
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch):
-    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_CONFIG", str(tmp_path / "none.json"))
-    monkeypatch.delenv(GPU_MEMORY_ENV, raising=False)
 
 
 def _spec_help(cls: type, name: str) -> str:
@@ -43,35 +39,37 @@ def _spec_help(cls: type, name: str) -> str:
 
 # --------------------------------------------------------------------------- node inputs
 def test_serving_config_widgets_are_the_serving_choice_declarations_in_released_order():
-    types = NODE_CLASS_MAPPINGS["VLLMOmniServingConfig"].INPUT_TYPES()
-    assert list(types["optional"]) == ["replicas"]      # appended after a release: optional, last
-    inputs = {**types["required"], **types["optional"]}
+    declared = NODES["VLLMOmniServingConfig"].inputs()
+    assert [i.name for i in declared if i.optional] == ["replicas", "speed"]   # appended after a release: optional, last
+    inputs = {i.name: i for i in declared}
     assert list(inputs) == RELEASED_WIDGETS == [f.name for f in dataclasses.fields(ServingChoice)]
     for s in settings_of(ServingChoice):
-        kind, opts = inputs[s.name]
-        assert opts["tooltip"] == s.help and opts["default"] == s.default
-        assert kind == (list(s.choices) if s.choices else {bool: "BOOLEAN", int: "INT", str: "STRING"}[s.type])
-    assert inputs["parallel_mode"][0] == ["auto", *PARALLEL_MODES]
-    assert inputs["offload"][0] == list(OFFLOAD_MODES) and inputs["cache_backend"][0] == list(CACHE_BACKENDS)
-    assert (inputs["parallel_degree"][1]["min"], inputs["parallel_degree"][1]["max"]) == (1, 8)
-    assert (inputs["keep_alive_minutes"][1]["min"], inputs["keep_alive_minutes"][1]["max"]) == (0, 1440)
-    assert (inputs["compile"][1]["default"], inputs["auto_fallback"][1]["default"]) == (True, True)
+        spec = inputs[s.name]
+        assert spec.tooltip == s.help and spec.default == s.default
+        assert spec.kind == ("COMBO" if s.choices else {bool: "BOOLEAN", int: "INT", str: "STRING"}[s.type])
+        assert spec.choices() == list(s.choices)
+    assert inputs["parallel_mode"].choices() == ["auto", *PARALLEL_MODES]
+    assert inputs["offload"].choices() == list(OFFLOAD_MODES) and inputs["cache_backend"].choices() == list(CACHE_BACKENDS)
+    assert (inputs["parallel_degree"].opts["min"], inputs["parallel_degree"].opts["max"]) == (1, 8)
+    assert (inputs["keep_alive_minutes"].opts["min"], inputs["keep_alive_minutes"].opts["max"]) == (0, 1440)
+    assert (inputs["compile"].default, inputs["auto_fallback"].default) == (True, True)
 
 
 def test_widgets_the_launch_spec_also_has_share_its_declaration():
-    inputs = NODE_CLASS_MAPPINGS["VLLMOmniServingConfig"].INPUT_TYPES()["required"]
-    assert inputs["offload"][1]["tooltip"] == _spec_help(MemoryConfig, "offload")
-    assert inputs["vae_tiling"][1]["tooltip"] == _spec_help(MemoryConfig, "vae_tiling")
-    assert inputs["cache_backend"][1]["tooltip"] == _spec_help(RuntimeConfig, "cache_backend")
-    assert inputs["vae_patch_parallel"][1]["tooltip"].startswith(_spec_help(ParallelConfig, "vae_patch"))
-    assert inputs["parallel_degree"][1]["tooltip"].startswith(_spec_help(ParallelConfig, "degree"))
+    inputs = {i.name: i.tooltip for i in NODES["VLLMOmniServingConfig"].inputs()}
+    assert inputs["offload"] == _spec_help(MemoryConfig, "offload")
+    assert inputs["vae_tiling"] == _spec_help(MemoryConfig, "vae_tiling")
+    assert inputs["cache_backend"] == _spec_help(RuntimeConfig, "cache_backend")
+    assert inputs["vae_patch_parallel"].startswith(_spec_help(ParallelConfig, "vae_patch"))
+    assert inputs["parallel_degree"].startswith(_spec_help(ParallelConfig, "degree"))
 
 
 def test_configure_returns_the_choice_its_widgets_declare():
-    node = NODE_CLASS_MAPPINGS["VLLMOmniServingConfig"]()
-    defaults = {name: opts["default"] for name, (_, opts) in node.INPUT_TYPES()["required"].items()}
-    assert node.configure(**defaults) == (ServingChoice(),)
-    assert node.configure(**{**defaults, "gpus": "  "})[0].gpus == "auto"
+    defaults = {i.name: i.default for i in NODES["VLLMOmniServingConfig"].inputs()}
+    assert run_node("VLLMOmniServingConfig", **defaults) == (ServingChoice(),)
+    assert run_node("VLLMOmniServingConfig", **{**defaults, "gpus": "  "})[0].gpus == "auto"
+    assert run_node("VLLMOmniServingConfig", **{k: v for k, v in defaults.items() if k != "replicas"}) == (
+        ServingChoice(),)                       # an appended widget a released workflow lacks: its default
 
 
 def test_like_copies_a_declaration_with_changes_and_a_note():

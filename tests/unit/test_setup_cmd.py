@@ -16,8 +16,8 @@ from vllm_omni_launcher.cli.exit_codes import ExitCode
 from vllm_omni_launcher.errors import LauncherError
 from vllm_omni_launcher.planner.doctor_env import check_server_env
 from vllm_omni_launcher.planner.doctor_report import UNCHECKED
-from vllm_omni_launcher.server.local_config import LocalConfig
-from vllm_omni_launcher.server.server_env import SETUP_COMMAND, default_server_env
+from vllm_omni_launcher.server.config.local_config import LocalConfig
+from vllm_omni_launcher.server.config.server_env import SETUP_COMMAND, default_server_env
 
 SETUP = "python -m vllm_omni_launcher setup"
 

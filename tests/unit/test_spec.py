@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from vllm_omni_launcher.errors import SpecError
-from vllm_omni_launcher.server.flags import NONEXISTENT_FLAGS
-from vllm_omni_launcher.server.spec import (LaunchSpec, MemoryConfig, ParallelConfig, RuntimeConfig,
+from vllm_omni_launcher.server.launch.flags import NONEXISTENT_FLAGS
+from vllm_omni_launcher.server.launch.spec import (LaunchSpec, MemoryConfig, ParallelConfig, RuntimeConfig,
                                             parse_gpus, parse_parallel)
 
 T2V = "Wan-AI/Wan2.2-T2V-A14B-Diffusers"

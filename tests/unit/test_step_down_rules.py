@@ -11,7 +11,7 @@ import pytest
 from vllm_omni_launcher.planner.gpus import hypothetical_gpus
 from vllm_omni_launcher.planner.memory import RequestShape, plan
 from vllm_omni_launcher.planner.step_down import MIN_GAIN_GIB, step_down
-from vllm_omni_launcher.server.spec import LaunchSpec, MemoryConfig, ParallelConfig
+from vllm_omni_launcher.server.launch.spec import LaunchSpec, MemoryConfig, ParallelConfig
 
 TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
 T2V = "Wan-AI/Wan2.2-T2V-A14B-Diffusers"
@@ -65,3 +65,24 @@ def test_a_rung_that_gains_less_than_the_margin_is_passed_over(spec, kind, phase
     assert new != nearest, "the step took the nearest leaner rung: the margin was not applied"
     assert 0 < before - _peak(nearest, phase, sizes, request_shape) < MIN_GAIN_GIB    # it gains only a little
     assert before - _peak(new, phase, sizes, request_shape) >= MIN_GAIN_GIB
+
+
+# The margin is 0.25 GiB: the same failing server (Ulysses 2 + VAE tiling, OOM of unknown phase) whose nearest
+# leaner rung gains just under it for one request and just over it for a slightly smaller one.
+ULYSSES_TILED = LaunchSpec(model=TI2V, gpus=(0, 1), parallel=ParallelConfig("ulysses", 2, 1),
+                           memory=MemoryConfig(vae_tiling=True))
+
+
+@pytest.mark.parametrize("request_shape, gain_range, taken", [
+    (RequestShape(width=1280, height=720, frames=97, cfg=False), (0.24, 0.25), False),    # gains ~0.246 GiB
+    (RequestShape(width=1280, height=704, frames=97, cfg=False), (0.25, 0.27), True),     # gains ~0.262 GiB
+])
+def test_the_margin_is_a_quarter_gib_on_both_sides(request_shape, gain_range, taken, monkeypatch):
+    sizes = [40.0, 40.0]
+    before = _peak(ULYSSES_TILED, None, sizes, request_shape)
+    new, _ = step_down(ULYSSES_TILED, "oom", sizes, request_shape)
+    monkeypatch.setattr(STEP_DOWN, "MIN_GAIN_GIB", 0.0)
+    nearest, _ = step_down(ULYSSES_TILED, "oom", sizes, request_shape)
+    gain = before - _peak(nearest, None, sizes, request_shape)
+    assert gain_range[0] < gain < gain_range[1], f"the case no longer sits at the margin (gain {gain:.3f} GiB)"
+    assert (new == nearest) is taken, (f"a gain of {gain:.3f} GiB must be " + ("taken" if taken else "passed over"))

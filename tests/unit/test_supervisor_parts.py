@@ -14,11 +14,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from vllm_omni_launcher.server import adoption, launch_prep, process_group, registry, state_file, timeouts
-from vllm_omni_launcher.server.local_config import LocalConfig
-from vllm_omni_launcher.server.spec import LaunchSpec, MemoryConfig
-from vllm_omni_launcher.server.server_run import ServerRun
-from vllm_omni_launcher.server.supervisor import Supervisor
+from vllm_omni_launcher.server import registry
+from vllm_omni_launcher.server.process import launch_prep, process_group, timeouts
+from vllm_omni_launcher.server.storage import state_file
+from vllm_omni_launcher.server.supervision import adoption
+from vllm_omni_launcher.server.config.local_config import LocalConfig
+from vllm_omni_launcher.server.launch.spec import LaunchSpec, MemoryConfig
+from vllm_omni_launcher.server.process.server_run import ServerRun
+from vllm_omni_launcher.server.supervision.supervisor import Supervisor
 
 # A "server" that ignores polite signals and has a child: only SIGKILL of the group ends both.
 STUBBORN = textwrap.dedent("""
@@ -34,7 +37,7 @@ STUBBORN = textwrap.dedent("""
 
 OWNER = textwrap.dedent("""
     import json, os, sys, time
-    from vllm_omni_launcher.server import process_group
+    from vllm_omni_launcher.server.process import process_group
     log = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     proc = process_group.spawn([sys.executable, "-c", "import time\\nwhile True: time.sleep(1)"], dict(os.environ), log)
     process_group.find_server_child(proc)

@@ -24,8 +24,8 @@ from PIL import Image
 
 import hostile_media as hm
 import hostile_server as hs
-import test_hostile_server
-from test_hostile_server import CANCEL_LATENCY_S, CancelOnceBlocked, JOB, job_routes, solid_clip
+from clips import solid_clip
+from hostile_jobs import CANCEL_LATENCY_S, JOB, CancelOnceBlocked, job_routes
 from vllm_omni_launcher.cli import generate_cmd
 from vllm_omni_launcher.client import frames, server_mp4
 from vllm_omni_launcher.client.api import VideoClient, VideoRequest
@@ -37,9 +37,6 @@ W = H = 64
 F = 9
 REQUEST = VideoRequest("x", width=W, height=H, num_frames=F)
 NOT_MP4 = "The server's file is not an MP4"
-
-
-hostile = test_hostile_server.hostile          # the fixture: hostile servers of our own, closed after the test
 
 
 class Opens:

@@ -6,8 +6,8 @@ import sys
 import pytest
 
 from vllm_omni_launcher.errors import LauncherError
-from vllm_omni_launcher.server import versions
-from vllm_omni_launcher.server.versions import ServerVersions
+from vllm_omni_launcher.server.launch import versions
+from vllm_omni_launcher.server.launch.versions import ServerVersions
 
 
 def test_interpreter_is_found_from_the_command(tmp_path):

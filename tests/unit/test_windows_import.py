@@ -19,7 +19,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 NODE_IDS = {"VLLMOmniLoadModel", "VLLMOmniServingConfig", "VLLMOmniLocalServer", "VLLMOmniRemoteServer",
             "VLLMOmniGenerateVideo", "VLLMOmniStopServer", "VLLMOmniServerStatus", "VLLMOmniDoctor", "VLLMOmniLora",
-            "VLLMOmniGenerateBatch"}
+            "VLLMOmniGenerateBatch", "VLLMOmniLoadPipelineModel", "VLLMOmniGenerateVACE",
+            "VLLMOmniGenerateSpeechToVideo"}
 
 WINDOWS_LIKE = textwrap.dedent("""
     import asyncio, concurrent.futures, http.client, json, logging, multiprocessing, os, pkgutil, platform
@@ -68,27 +69,28 @@ def test_every_module_imports_and_the_nodes_register_without_posix(tmp_path):
             except Exception as exc:
                 failed[info.name] = f"{type(exc).__name__}: {exc}"
         try:
-            nodes, display = sorted(pkg.NODE_CLASS_MAPPINGS), sorted(pkg.NODE_DISPLAY_NAME_MAPPINGS)
+            from vllm_omni_launcher.nodes import NODES
+            nodes, display = sorted(NODES), sorted(n.node_id for n in NODES.values() if n.display_name)
         except Exception as exc:
             nodes, display = [], []
-            failed["NODE_CLASS_MAPPINGS"] = f"{type(exc).__name__}: {exc}"
+            failed["NODES"] = f"{type(exc).__name__}: {exc}"
         print(json.dumps({"failed": failed, "names": names, "nodes": nodes, "display": display}))
     """, tmp_path)
     assert result["failed"] == {}
-    assert {"vllm_omni_launcher.server.gpu_lock", "vllm_omni_launcher.server.process_group",
-            "vllm_omni_launcher.server.supervisor", "vllm_omni_launcher.cli.setup_cmd"} <= set(result["names"])
+    assert {"vllm_omni_launcher.server.process.gpu_lock", "vllm_omni_launcher.server.process.process_group",
+            "vllm_omni_launcher.server.supervision.supervisor", "vllm_omni_launcher.cli.setup_cmd"} <= set(result["names"])
     assert set(result["nodes"]) == NODE_IDS and set(result["display"]) == NODE_IDS
 
 
 def test_local_server_on_windows_says_linux_or_wsl2_and_points_at_remote_server(tmp_path):
     result = _run("""
-        from vllm_omni_launcher import NODE_CLASS_MAPPINGS
         from vllm_omni_launcher.errors import LauncherError
+        from vllm_omni_launcher.nodes import NODES
         from vllm_omni_launcher.nodes.handles import ModelChoice, ServingChoice
         sys.platform = "win32"               # after the imports: what Windows reports
         try:
-            NODE_CLASS_MAPPINGS["VLLMOmniLocalServer"]().start(
-                ModelChoice("Wan-AI/Wan2.2-TI2V-5B-Diffusers", "ti2v_5b"), ServingChoice(gpus="0"))
+            NODES["VLLMOmniLocalServer"].call({"model": ModelChoice("Wan-AI/Wan2.2-TI2V-5B-Diffusers", "ti2v_5b"),
+                                               "serving": ServingChoice(gpus="0")})
         except LauncherError as err:
             print(json.dumps({"what": err.what, "why": err.why, "fix": err.fix, "kind": err.kind}))
     """, tmp_path)

@@ -8,7 +8,7 @@ the files the way the front end does (docs/upstream-facts.md, "ComfyUI workflow 
 * every node type exists (ours, or a core node described in ``CORE_NODES``, whose
   description ``tests/comfyui/run_real_comfyui.py`` compares with a real ComfyUI's
   ``/object_info``);
-* ``widgets_values`` map onto today's ``INPUT_TYPES`` in order, with the front-end-only
+* ``widgets_values`` map onto today's node inputs in order, with the front-end-only
   values (``control_after_generate`` after a seed, LoadImage's ``upload``) in their places,
   and every value is valid (type, range, combo option);
 * each UI workflow converts to exactly its API twin ``workflows/api/<name>.api.json``;
@@ -27,20 +27,25 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Optional
 
 import av
 import numpy as np
+import psutil
 import pytest
 
 import frame_code
 import stubserver
 
-from vllm_omni_launcher import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
+from vllm_omni_launcher.nodes import NODES
+from vllm_omni_launcher.nodes.schema import Node
 from vllm_omni_launcher.models import FAMILIES, check_request, family_for
+from vllm_omni_launcher.nodes.batch_count import prompt_lines
+from vllm_omni_launcher.nodes.batch_session import clip_plan
 from vllm_omni_launcher.nodes.handles import ModelChoice, ServingChoice
 from vllm_omni_launcher.planner.launch_plan import GPU_MEMORY_ENV
-from vllm_omni_launcher.server.local_config import LocalConfig
+from vllm_omni_launcher.server.config.local_config import LocalConfig
 
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS = REPO / "workflows"
@@ -50,8 +55,11 @@ RELEASED = Path(__file__).resolve().parent / "released_workflows"
 EXPECTED_TEMPLATES = {
     "wan22_ti2v_5b_text_to_video", "wan22_ti2v_5b_image_to_video", "wan22_t2v_a14b_2gpu_ulysses",
     "wan22_i2v_a14b_2gpu_cfg", "remote_server", "wan22_t2v_a14b_4step_lora", "wan22_ti2v_5b_seed_sweep",
+    "wan21_vace_control_video", "wan22_s2v_speech_to_video", "fastwan_ti2v_5b_fast_text_to_video",
 }
-JOB_NODES = ("VLLMOmniGenerateVideo", "VLLMOmniGenerateBatch")     # a template's one job node
+JOB_NODES = ("VLLMOmniGenerateVideo", "VLLMOmniGenerateBatch", "VLLMOmniGenerateVACE",
+             "VLLMOmniGenerateSpeechToVideo")     # a template's one job node
+LOAD_NODES = ("VLLMOmniLoadModel", "VLLMOmniLoadPipelineModel")    # a local template's one model loader
 TEMPLATES = sorted(p.stem for p in WORKFLOWS.glob("*.json"))
 
 # Core ComfyUI nodes the templates use, in INPUT_TYPES form (ComfyUI 0.3.64 /object_info;
@@ -62,6 +70,38 @@ CORE_NODES: dict[str, dict[str, Any]] = {
         "display": "Load Image",
         "input": {"required": {"image": ("FILE", {"image_upload": True})}},
         "outputs": ("IMAGE", "MASK"),
+    },
+    "LoadVideo": {
+        "display": "Load Video",
+        "input": {"required": {"file": ("FILE", {"video_upload": True})}},
+        "outputs": ("VIDEO",),
+        "api_extra": {"video-preview": ""},     # its preview widget: sent in the prompt, not in widgets_values
+    },
+    "GetVideoComponents": {
+        "display": "Get Video Components",
+        "input": {"required": {"video": ("VIDEO", {})}},
+        "outputs": ("IMAGE", "AUDIO", "FLOAT"),
+        "output_names": ("images", "audio", "fps"),       # a V3 core node names its outputs
+    },
+    "ImageFromBatch": {
+        "display": "ImageFromBatch",
+        "input": {"required": {"image": ("IMAGE", {}), "batch_index": ("INT", {"default": 0, "min": 0, "max": 4095}),
+                               "length": ("INT", {"default": 1, "min": 1, "max": 4096})}},
+        "outputs": ("IMAGE",),
+    },
+    "ImageScale": {
+        "display": "Upscale Image",
+        "input": {"required": {"image": ("IMAGE", {}),
+                               "upscale_method": (["nearest-exact", "bilinear", "area", "bicubic", "lanczos"], {}),
+                               "width": ("INT", {"default": 512, "min": 0, "max": 16384}),
+                               "height": ("INT", {"default": 512, "min": 0, "max": 16384}),
+                               "crop": (["disabled", "center"], {})}},
+        "outputs": ("IMAGE",),
+    },
+    "LoadAudio": {
+        "display": "Load Audio",
+        "input": {"required": {"audio": ("FILE", {"audio_upload": True})}},
+        "outputs": ("AUDIO",),
     },
     "SaveVideo": {
         "display": "Save Video",
@@ -94,7 +134,7 @@ class NodeDef:
     display: str
     inputs: list[tuple[str, tuple, str]]        # (name, spec, "required" | "optional"), in input order
     outputs: tuple[str, ...]
-    cls: Optional[type] = None
+    cls: Optional[Node] = None                  # our node's declaration (None: a core node)
     widgets: list[Widget] = field(default_factory=list)
 
     def input_spec(self, name: str) -> Optional[tuple]:
@@ -113,7 +153,7 @@ def _is_widget(spec: tuple) -> bool:
     return (isinstance(kind, list) or kind in WIDGET_TYPES) and not opts.get("forceInput")
 
 
-def _make_def(node_type: str, display: str, input_types: dict, outputs: tuple, cls: Optional[type]) -> NodeDef:
+def _make_def(node_type: str, display: str, input_types: dict, outputs: tuple, cls: Optional[Node]) -> NodeDef:
     inputs = [(name, _norm(spec), section) for section in ("required", "optional")
               for name, spec in (input_types.get(section) or {}).items()]
     widgets: list[Widget] = []
@@ -126,8 +166,10 @@ def _make_def(node_type: str, display: str, input_types: dict, outputs: tuple, c
         # convention, after any INT named seed/noise_seed), and an upload button after image combos.
         if kind == "INT" and (opts.get("control_after_generate") or name in ("seed", "noise_seed")):
             widgets.append(Widget("control_after_generate", ("UI", SEED_CONTROL_VALUES), ui_only=True))
-        if opts.get("image_upload"):
+        if opts.get("image_upload") or opts.get("video_upload"):   # the front end names both "image"
             widgets.append(Widget("upload", ("UI", ("image",)), ui_only=True))
+        if opts.get("audio_upload"):     # an upload button, then the player, which graphToPrompt sends too
+            widgets += [Widget("upload", ("UI", (None,)), ui_only=True), Widget("audioUI", ("UI", ("",)))]
     return NodeDef(node_type, display, inputs, tuple(outputs), cls, widgets)
 
 
@@ -143,10 +185,22 @@ def _machine_lists(node_type: str, input_types: dict) -> dict:
     return input_types
 
 
+def v1_inputs(node: Node) -> dict:
+    """Our node's inputs as ComfyUI's /object_info gives a V3 node's (io.Schema.get_v1_info: a combo is
+    ("COMBO", {"options": [...]})); tests/comfyui/run_real_comfyui.py compares them with a real ComfyUI."""
+    out: dict[str, dict] = {}
+    for spec in node.inputs():
+        opts = {"tooltip": spec.tooltip, **spec.opts, **({} if spec.default is None else {"default": spec.default})}
+        if spec.kind == "COMBO":
+            opts["options"] = spec.choices()
+        out.setdefault("optional" if spec.optional else "required", {})[spec.name] = (spec.kind, opts)
+    return out
+
+
 def node_defs() -> dict[str, NodeDef]:
-    defs = {node_type: _make_def(node_type, NODE_DISPLAY_NAME_MAPPINGS[node_type],
-                                 _machine_lists(node_type, cls.INPUT_TYPES()), tuple(cls.RETURN_TYPES), cls)
-            for node_type, cls in NODE_CLASS_MAPPINGS.items()}
+    defs = {node_type: _make_def(node_type, node.display_name, _machine_lists(node_type, v1_inputs(node)),
+                                 tuple(o.kind for o in node.outputs), node)
+            for node_type, node in NODES.items()}
     for node_type, core in CORE_NODES.items():
         defs[node_type] = _make_def(node_type, core["display"], core["input"], core["outputs"], None)
     return defs
@@ -215,7 +269,8 @@ def api_input_problems(nd: NodeDef, inputs: dict) -> list[str]:
             if why:
                 problems.append(f"{nd.type}.{name}: {why}")
     for name in inputs:
-        if nd.input_spec(name) is None:
+        if nd.input_spec(name) is None and not any(w.name == name and w.spec[0] == "UI" for w in nd.widgets) \
+                and name not in CORE_NODES.get(nd.type, {}).get("api_extra", {}):
             problems.append(f"{nd.type}: unknown input {name}")
     return problems
 
@@ -249,6 +304,7 @@ def ui_to_api(ui: dict, defs: dict[str, NodeDef]) -> dict:
         for widget, value in zip(nd.widgets, node.get("widgets_values") or []):
             if not widget.ui_only:
                 inputs[widget.name] = value
+        inputs.update(CORE_NODES.get(node["type"], {}).get("api_extra", {}))
         for slot in node.get("inputs") or []:
             if slot.get("link") is not None:
                 link = links[slot["link"]]
@@ -351,7 +407,8 @@ def test_links_join_outputs_and_inputs_of_the_declared_types(name, defs):
         out_def, in_def = defs[nodes[src]["type"]], defs[nodes[dst]["type"]]
         assert out_def.outputs[src_slot] == kind, f"{out_def.type} output {src_slot} is {out_def.outputs[src_slot]}"
         assert nodes[src]["outputs"][src_slot]["name"] in (
-            getattr(out_def.cls, "RETURN_NAMES", None) or out_def.outputs)
+            [o.name for o in out_def.cls.outputs] if out_def.cls else
+            CORE_NODES[out_def.type].get("output_names", out_def.outputs))
         in_name = nodes[dst]["inputs"][dst_slot]["name"]
         spec = in_def.input_spec(in_name)
         assert spec is not None, f"{in_def.type} has no input {in_name}"
@@ -424,9 +481,9 @@ def _generate_request(name: str, defs: dict[str, NodeDef]) -> tuple[Any, dict, b
     (gen,) = [n for n in ui["nodes"] if n["type"] in JOB_NODES]
     values = widgets_by_name(defs[gen["type"]], gen)
     has_image = any(i["name"] == "image" and i.get("link") is not None for i in gen["inputs"])
-    if nodes_of(ui, "VLLMOmniLoadModel"):
-        model = nodes_of(ui, "VLLMOmniLoadModel")[0]["widgets_values"][0]
-        family = family_for(model)
+    loaders = [n for kind in LOAD_NODES for n in nodes_of(ui, kind)]
+    if loaders:
+        family = family_for(loaders[0]["widgets_values"][0])
     else:
         family = FAMILIES[nodes_of(ui, "VLLMOmniRemoteServer")[0]["widgets_values"][1]]
     return family, values, has_image
@@ -438,7 +495,8 @@ def test_template_request_obeys_its_model_rules(name, defs):
     assert values.get("prompt", values.get("prompts")).strip()
     check_request(family, width=values["width"] or family.width, height=values["height"] or family.height,
                   frames=values["frames"] or family.frames, has_image=has_image)
-    expected_image = {"wan22_ti2v_5b_image_to_video": True, "wan22_i2v_a14b_2gpu_cfg": True}.get(name, False)
+    expected_image = {"wan22_ti2v_5b_image_to_video": True, "wan22_i2v_a14b_2gpu_cfg": True,
+                      "wan22_s2v_speech_to_video": True}.get(name, False)
     assert has_image == expected_image
 
 
@@ -449,6 +507,9 @@ LOCAL_TEMPLATES = {   # template -> (GPU memory its Note asks for, expected para
     "wan22_t2v_a14b_2gpu_ulysses": ("80,80", ("ulysses", 2, 2, (0, 1))),
     "wan22_i2v_a14b_2gpu_cfg": ("80,80", ("cfg", 2, 2, (0, 1))),
     "wan22_t2v_a14b_4step_lora": ("80,80", ("ulysses", 2, 2, (0, 1))),
+    "wan21_vace_control_video": ("24", None),
+    "wan22_s2v_speech_to_video": ("80", None),
+    "fastwan_ti2v_5b_fast_text_to_video": ("40", None),
 }
 
 
@@ -462,9 +523,10 @@ def stub_config(server_env_python: str) -> LocalConfig:
 def _template_choices(name: str, defs: dict[str, NodeDef]) -> tuple[Any, Any]:
     """What the template's Load Model and Serving Config nodes output."""
     ui = load(ui_path(name))
-    model = defs["VLLMOmniLoadModel"].cls().load(nodes_of(ui, "VLLMOmniLoadModel")[0]["widgets_values"][0])[0]
+    (loader,) = [n for kind in LOAD_NODES for n in nodes_of(ui, kind)]
+    model = defs[loader["type"]].cls.call({"model": loader["widgets_values"][0]})[0]
     serving_values = widgets_by_name(defs["VLLMOmniServingConfig"], nodes_of(ui, "VLLMOmniServingConfig")[0])
-    return model, defs["VLLMOmniServingConfig"].cls().configure(**serving_values)[0]
+    return model, defs["VLLMOmniServingConfig"].cls.call(serving_values)[0]
 
 
 def _note(name: str) -> str:
@@ -475,6 +537,8 @@ def _note(name: str) -> str:
 def test_template_serving_config_resolves_to_a_valid_launch_spec(name, defs, stub_config, monkeypatch):
     memory, layout = LOCAL_TEMPLATES[name]
     monkeypatch.setenv(GPU_MEMORY_ENV, memory)
+    # a machine with 64 GB of free system RAM (what the TI2V Notes assume), not this busy box's
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=64 * 2**30))
     model, serving = _template_choices(name, defs)
     assert isinstance(model, ModelChoice) and isinstance(serving, ServingChoice)
     plan = serving.resolve(model.model, stub_config)
@@ -508,7 +572,7 @@ TI2V_PLANS = [   # ((GPU GiB, free system RAM GiB), planner's choice, frames it 
 @pytest.mark.parametrize("machine,label,frames,words", TI2V_PLANS)
 def test_ti2v_note_says_what_the_planner_picks_for_the_template_defaults(name, machine, label, frames, words, defs):
     from vllm_omni_launcher.planner.ladder import recommend
-    from vllm_omni_launcher.server.spec import LaunchSpec
+    from vllm_omni_launcher.server.launch.spec import LaunchSpec
 
     note = _note(name)
     assert words in note and "With vLLM-Omni 0.30 (what setup installs)" in note
@@ -526,7 +590,7 @@ def test_ti2v_note_names_the_free_system_ram_layerwise_offload_needs(name, defs)
     """With the RAM the Note names, a 24 GB card still gets layerwise offload; with 1 GB less it does not
     (layerwise keeps the DiT and, on 0.30, the text encoder's blocks in pinned host RAM)."""
     from vllm_omni_launcher.planner.ladder import recommend
-    from vllm_omni_launcher.server.spec import LaunchSpec
+    from vllm_omni_launcher.server.launch.spec import LaunchSpec
 
     need = re.search(r"Layerwise offload needs about (\d+) GB of free system RAM", _note(name))
     assert need, _note(name)
@@ -652,9 +716,8 @@ class StandInExecutor:
                     src = self.defs[prompt[value[0]]["class_type"]]
                     if src.outputs[value[1]] != nd.input_spec(name)[0]:
                         problems.append(f"{node_id}.{name}: {src.outputs[value[1]]} linked to {nd.input_spec(name)[0]}")
-            validate = getattr(nd.cls, "VALIDATE_INPUTS", None)
-            if validate is not None:
-                result = validate(**{k: v for k, v in entry["inputs"].items() if not isinstance(v, list)})
+            if nd.cls is not None:            # V3 validate_inputs: our literal combo values
+                result = nd.cls.validate({k: v for k, v in entry["inputs"].items() if not isinstance(v, list)})
                 if result is not True:
                     problems.append(f"{node_id}: {result}")
         assert not problems, "prompt validation failed:\n" + "\n".join(problems)
@@ -686,9 +749,7 @@ class StandInExecutor:
             if nd.cls is None:
                 result = getattr(self, "core_" + entry["class_type"])(**kwargs)
             else:
-                if "unique_id" in (nd.cls.INPUT_TYPES().get("hidden") or {}):
-                    kwargs["unique_id"] = node_id
-                result = getattr(nd.cls(), nd.cls.FUNCTION)(**kwargs)
+                result = nd.cls.call(kwargs, {"unique_id": node_id})      # what V3 execute does
             if isinstance(result, dict):
                 self.ui[node_id] = result.get("ui", {})
                 result = tuple(result.get("result", ()))
@@ -765,3 +826,26 @@ def test_image_templates_reference_comfyuis_shipped_example_image(defs):
     for name in ("wan22_ti2v_5b_image_to_video", "wan22_i2v_a14b_2gpu_cfg"):
         load_image = nodes_of(load(ui_path(name)), "LoadImage")
         assert [n["widgets_values"] for n in load_image] == [["example.png", "image"]]
+
+
+def test_the_seed_sweep_is_one_prompt_several_seeds_and_a_save_for_every_clip():
+    """workflows/wan22_ti2v_5b_seed_sweep.json: one prompt made batch_count times by Generate Batch with
+    seeds seed .. seed+N-1, every clip saved, and its Note says its seeds."""
+    name = "wan22_ti2v_5b_seed_sweep"
+    ui, api = load(ui_path(name)), load(api_path(name))
+    (batch,) = nodes_of(ui, "VLLMOmniGenerateBatch")
+    values = widgets_by_name(node_defs()["VLLMOmniGenerateBatch"], batch)
+    assert len(prompt_lines(values["prompts"])) == 1 and values["batch_count"] >= 2
+    assert values["control_after_generate"] == "fixed"          # the sweep repeats until the user moves it
+    seeds = [seed for _, seed in clip_plan(values["prompts"], values["seed"], values["batch_count"],
+                                           LocalConfig().max_batch_clips)]
+    assert seeds == list(range(values["seed"], values["seed"] + values["batch_count"]))
+    note = nodes_of(ui, "Note")[0]["widgets_values"][0]
+    said = re.search(r"(\d+) clips on one GPU", note) and re.search(r"\((\d+) to (\d+) here", note)
+    assert said and int(re.search(r"(\d+) clips", note)[1]) == len(seeds)
+    assert [int(said[1]), int(said[2])] == [seeds[0], seeds[-1]]
+    (save,) = [e for e in api.values() if e["class_type"] == "SaveVideo"]
+    source = api[save["inputs"]["video"][0]]
+    assert source["class_type"] == "VLLMOmniGenerateBatch"
+    assert node_defs()["VLLMOmniGenerateBatch"].cls.outputs[save["inputs"]["video"][1]].is_list   # once per clip
+    assert save["inputs"]["filename_prefix"].startswith("video/")
