@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 from ..errors import LauncherError
 from ..models import FAMILIES, LOCAL_PREFIX, LocalModel, find_local_models
@@ -29,16 +30,24 @@ def choose_model(name: str) -> ModelChoice:
     """A Load Model entry as the server will be started with it: a preset or a `local/...` entry
     found under ComfyUI's model folders. Anything else gets one message, whether or not such a path
     exists, so a workflow can neither open nor probe other paths."""
-    if name in PRESETS:
-        return ModelChoice(name, PRESETS[name].key, name)
-    local = _local_models().get(name) if name.startswith(LOCAL_PREFIX) else None
+    return choose_entry(name, PRESETS, _local_models, "Load Model", (
+        "Load Model takes a Wan2.2 preset (the server downloads it) or a local/... entry: a Diffusers "
+        "folder found under ComfyUI's models/diffusers folders; it never opens other paths"),
+        "the *-Diffusers folder")
+
+
+def choose_entry(name: str, presets: dict, local_models: Callable[[], dict[str, LocalModel]], node: str,
+                 why: str, folder: str) -> ModelChoice:
+    """One model list's entry (Load Model's, Load Wan Pipeline Model's): a preset id or a `local/...`
+    folder that node lists; any other name gets the node's one message and no path is opened."""
+    if name in presets:
+        return ModelChoice(name, presets[name].key, name)
+    local = local_models().get(name) if name.startswith(LOCAL_PREFIX) else None
     if local is None:
         raise LauncherError(
-            f"Model '{name}' is not one of Load Model's choices on this machine",
-            "Load Model takes a Wan2.2 preset (the server downloads it) or a local/... entry: a Diffusers "
-            "folder found under ComfyUI's models/diffusers folders; it never opens other paths",
-            "pick an entry from the list; for your own copy, put the *-Diffusers folder under "
-            "ComfyUI/models/diffusers and refresh the node definitions (press R in ComfyUI)", setting="model")
+            f"Model '{name}' is not one of {node}'s choices on this machine", why,
+            f"pick an entry from the list; for your own copy, put {folder} under ComfyUI/models/diffusers and "
+            "refresh the node definitions (press R in ComfyUI)", setting="model")
     return ModelChoice(str(local.path), local.family.key, name)
 
 

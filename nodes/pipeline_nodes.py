@@ -13,10 +13,11 @@ from typing import Any, Optional
 
 from ..client import media
 from ..errors import LauncherError
-from ..models import LOCAL_PREFIX, PIPELINE_FAMILIES, LocalModel, find_local_models, nearest_frames
+from ..models import PIPELINE_FAMILIES, LocalModel, find_local_models, nearest_frames
 from . import comfy_bridge, session
 from .generate_node import MINUS_ONE, ZERO, text_input
 from .handles import MODEL_TYPE, SERVER_TYPE, ModelChoice, ServerHandle
+from .model_nodes import choose_entry
 from .schema import Input, Node, Output
 
 PRESETS = {f.hf_id: f for f in PIPELINE_FAMILIES.values()}
@@ -33,17 +34,9 @@ def _local_models() -> dict[str, LocalModel]:
 def choose_pipeline_model(name: str) -> ModelChoice:
     """A Load Wan Pipeline Model entry as the server will be started with it (list entries only, as
     Load Model: a workflow can neither open nor probe other paths)."""
-    if name in PRESETS:
-        return ModelChoice(name, PRESETS[name].key, name)
-    local = _local_models().get(name) if name.startswith(LOCAL_PREFIX) else None
-    if local is None:
-        raise LauncherError(
-            f"Model '{name}' is not one of Load Wan Pipeline Model's choices on this machine",
-            "it takes a VACE, S2V or FastWan preset (the server downloads it) or a local/... folder of one "
-            "found under ComfyUI's models/diffusers folders; it never opens other paths",
-            "pick an entry from the list; for your own copy, put the folder under ComfyUI/models/diffusers and "
-            "refresh the node definitions (press R in ComfyUI)", setting="model")
-    return ModelChoice(str(local.path), local.family.key, name)
+    return choose_entry(name, PRESETS, _local_models, "Load Wan Pipeline Model", (
+        "it takes a VACE, S2V or FastWan preset (the server downloads it) or a local/... folder of one "
+        "found under ComfyUI's models/diffusers folders; it never opens other paths"), "the folder")
 
 
 def _family(server: ServerHandle, pipeline: str, node: str) -> Any:
