@@ -77,7 +77,7 @@ class ModelSizes:
         return data
 
 
-# Wan2.2 Diffusers repos. DiT: models.py dit_params_b (T2V/I2V experts 14.29 B, TI2V 5.00 B);
+# Wan2.2 Diffusers repos. DiT: models/ dit_params_b (T2V/I2V experts 14.29 B, TI2V 5.00 B);
 # UMT5-XXL encoder 5.68 B (as built for docs/upstream-facts.md, "H200 measurements");
 # VAEs counted from diffusers'
 # AutoencoderKLWan with the real configs: Wan2.1 126.9 M, Wan2.2 704.7 M.
@@ -88,7 +88,7 @@ _SHAPES = {
     "i2v_a14b": DitShape(layers=40, heads=40, head_dim=128, ffn_dim=13824, in_channels=36),
     "ti2v_5b": DitShape(layers=30, heads=24, head_dim=128, ffn_dim=14336, in_channels=48),
     # docs/wan-pipelines.md: the repos' transformer configs (VACE: Wan2.1 14B / 1.3B plus its VACE
-    # blocks, counted in models.py dit_params_b; S2V: wan_s2v_14B; FastWan: the TI2V-5B DiT).
+    # blocks, counted in models/ dit_params_b; S2V: wan_s2v_14B; FastWan: the TI2V-5B DiT).
     "vace_14b": DitShape(layers=40, heads=40, head_dim=128, ffn_dim=13824, in_channels=16),
     "vace_1_3b": DitShape(layers=30, heads=12, head_dim=128, ffn_dim=8960, in_channels=16),
     "s2v_14b": DitShape(layers=40, heads=40, head_dim=128, ffn_dim=13824, in_channels=16),

@@ -15,6 +15,6 @@ checks it):
     config/        the local configuration (what no workflow may decide) and the server's
                    program and environment
 
-Below them all: models.py, client/ and errors/. From outside (nodes/, cli/, planner/)
+Below them all: models/, client/ and errors/. From outside (nodes/, cli/, planner/)
 only registry, config/, launch/ and storage/ are imported.
 """

@@ -97,7 +97,7 @@ def test_the_supervisor_does_not_import_the_registry() -> None:
 
 # The layers, top first: a module imports only from its own top-level package or a lower layer.
 # The package root (ComfyUI's entry) and __main__ (the CLI's) sit above them all.
-LAYERS = [{"__init__", "__main__"}, {"nodes", "cli"}, {"planner"}, {"server"}, {"models"}, {"families"}, {"client"}, {"errors"}]
+LAYERS = [{"__init__", "__main__"}, {"nodes", "cli"}, {"planner"}, {"server"}, {"models"}, {"client"}, {"errors"}]
 # The server subpackages that packages outside server/ may import (server/__init__.py says so).
 SERVER_FROM_OUTSIDE = {"registry", "config", "launch", "storage"}
 

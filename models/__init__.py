@@ -4,7 +4,7 @@ Upstream vLLM-Omni silently rewrites bad request values (frames to 4k+1, sizes f
 fails the job late (I2V sizes, missing media). We keep the rules here, once, so the spec, the
 planner, the client and the nodes agree and can tell the user the nearest valid value before
 a GPU minute is spent. The families themselves (identity, shape, defaults, local folders) are
-families.py's; they are re-exported here so callers import the model layer from one place.
+models/families.py's; they are re-exported here so callers import the model layer from one place.
 """
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ import math
 import numbers
 from typing import TYPE_CHECKING, Optional
 
-from .errors import LauncherError
+from ..errors import LauncherError
 from .families import (ALL_FAMILIES, FAMILIES, LOCAL_PREFIX, PIPELINE_FAMILIES, LocalModel, WanFamily,
                        family_for, family_of_folder, find_local_models)
 
 if TYPE_CHECKING:
-    from .client.media import AudioClip, ControlVideo, ReferenceImage
-    from .client.request import VideoRequest
+    from ..client.media import AudioClip, ControlVideo, ReferenceImage
+    from ..client.request import VideoRequest
 
 __all__ = ["ALL_FAMILIES", "FAMILIES", "LOCAL_PREFIX", "PIPELINE_FAMILIES", "S2V_FRAMES_PER_CLIP_MAX", "LocalModel",
            "WanFamily", "check_media", "check_request", "family_for", "family_of_folder", "find_local_models",
@@ -106,7 +106,7 @@ def check_media(family: WanFamily, *, width: int, height: int, frames: int, cont
         raise LauncherError(f"{family.label} needs audio", "speech-to-video follows the audio (upstream fails "
                             "the job with 'No audio provided')", "connect an AUDIO (e.g. Load Audio) to 'audio'",
                             setting="audio")
-    from .client.media import check_fits   # lazy, as for VideoRequest
+    from ..client.media import check_fits   # lazy, as for VideoRequest
 
     check_fits(width=width, height=height, frames=frames, control_video=control_video,
                reference_images=reference_images)
@@ -151,7 +151,7 @@ def request_for(family: WanFamily, *, prompt: str, negative_prompt: Optional[str
     Raises LauncherError, naming the setting and the nearest valid value, before anything
     reaches a server.
     """
-    from .client.request import VideoRequest   # lazy: the server side imports models without the client
+    from ..client.request import VideoRequest   # lazy: the server side imports models without the client
 
     for name, text in (("prompt", prompt), ("negative_prompt", negative_prompt)):
         if text is not None and not isinstance(text, str):
@@ -190,7 +190,7 @@ def request_for(family: WanFamily, *, prompt: str, negative_prompt: Optional[str
         seed=seed, image_png=image_png,
         control_video=control_video, reference_images=reference_images, audio=audio)
     if family.pipeline == "s2v" and audio is not None:
-        from .client.media import s2v_output_frames
+        from ..client.media import s2v_output_frames
 
         if request.fps != 16:     # S2V makes 16 fps (S2V_OUTPUT_FPS); another MP4 rate desyncs the audio
             raise LauncherError(f"fps {request.fps:g} is not possible for {family.label}", "it generates 16 "

@@ -3,7 +3,7 @@ Diffusers folder's `model_index.json` (as upstream keys its pipeline), or by wal
 model folders for such folders.
 
 Each family carries its shape (for the memory plan) and its upstream-recommended request
-defaults. The rules a request must meet live in models.py, which re-exports these names so
+defaults. The rules a request must meet live in models/__init__.py, which re-exports these names so
 `from ..models import FAMILIES` keeps working for every caller.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
-from .errors import LauncherError
+from ..errors import LauncherError
 
 LOCAL_PREFIX = "local/"      # Load Model's label for a folder under ComfyUI's model folders
 
