@@ -11,7 +11,7 @@ with vLLM-Omni's encoder settings (libx264, preset ultrafast, crf 18), about 450
 (the real server's 1280x704x121 clip from random weights was 54.6 MB). `--stream` then serves
 each clip the way vLLM-Omni serves /content (bench/mp4_file_server.py: Starlette FileResponse
 under uvicorn on 127.0.0.1, started with --serve-python) and times the download levers of
-overhead_bench.download_levers: decoded while it downloads (shipped) against download, then
+decode_levers.download_levers: decoded while it downloads (shipped) against download, then
 decode (before).
 
     .venv/bin/python bench/decode_bench.py [--repeat 5] [--quick]
@@ -38,10 +38,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "contract"))
 sys.path.insert(0, str(ROOT / "bench"))
+import decode_levers  # noqa: E402
 import frame_code  # noqa: E402
-import overhead_bench  # noqa: E402
+from gpu.common import import_package  # noqa: E402
 
-overhead_bench.import_package()
+import_package()
 from vllm_omni_launcher.client.bounds import bounds_for  # noqa: E402
 from vllm_omni_launcher.client.frames import decode_mp4  # noqa: E402
 
@@ -92,10 +93,10 @@ def make_noise_clip(count: int, width: int, height: int, fps: int, seed: int = 1
 
 
 def stream_levers(data: bytes, count: int, width: int, height: int, python: str, repeat: int) -> dict:
-    """overhead_bench.download_levers against bench/mp4_file_server.py serving `data`."""
-    with overhead_bench.served_mp4(data, python) as url:
-        return overhead_bench.download_levers(url, None, "bench", bounds_for(width, height, count, {}), repeat,
-                                              (count, height, width))
+    """decode_levers.download_levers against bench/mp4_file_server.py serving `data`."""
+    with decode_levers.served_mp4(data, python) as url:
+        return decode_levers.download_levers(url, None, "bench", bounds_for(width, height, count, {}), repeat,
+                                             (count, height, width))
 
 
 def floor_decode(data: bytes) -> np.ndarray:

@@ -220,9 +220,7 @@ def run(args: argparse.Namespace, save: Callable[[dict[str, Any]], None]) -> dic
             value = None if job.guidance == "default" else float(job.guidance)
             req = request_for(family, prompt=PROMPT, width=job.width, height=job.height, frames=job.frames,
                               steps=args.steps, guidance=value, guidance_2=value, seed=seed)
-            last = sup.progress()
-            floor = last.run_id if last is not None else -1
-            due = lambda: (lambda p: p is not None and p.denoised_after(floor))(sup.progress())  # noqa: E731
+            due = sup.job_hint()[1]
             prediction = planner_prediction(spec, job)
             t_job = time.monotonic()
             try:

@@ -23,245 +23,37 @@ text events our nodes send). Checks (issue 15's numbering):
 
 The report (``--out``/report.json) is rewritten after every check, so a call that runs out of
 time still returns what was measured; ``--deadline-s`` skips checks that would not fit.
+
+What it builds and reads (prompts, events, logs, the verdict) is bench/comfyui_e2e_reading.py's, the
+ComfyUI process and its websocket bench/comfyui_process.py's; this file is the run and its checks.
 """
 from __future__ import annotations
 
 import argparse
-import asyncio
-import copy
 import json
 import os
-import re
 import shutil
 import signal
-import struct
-import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 REPO = Path(__file__).resolve().parents[1]
-PKG = Path(os.environ.get("VLLM_OMNI_LAUNCHER_PKG") or REPO).resolve()   # the pack ComfyUI loads (gpu_e2e.PKG)
-sys.path.insert(0, str(PKG / "tests" / "comfyui"))
-
 sys.path.insert(0, str(REPO / "bench"))
 
-from comfy_harness import PACK_NAME, ComfyUI, comfyui_version  # noqa: E402
-from gpu.common import NOT_ON_CPU, Gpu, import_package as _import_package  # noqa: E402,F401  (Gpu: the scripts' name)
+from comfyui_e2e_reading import (ANSI, I2V, PKG, STEP, T2V, build_prompt, count_jobs, executed_nodes,  # noqa: E402
+                                 load_api, node_of, output_files, planner_prediction, probe_values, server_times,
+                                 summarize_progress, verdict)
 
-T2V = "wan22_ti2v_5b_text_to_video"
-I2V = "wan22_ti2v_5b_image_to_video"
-TEXT_EVENT = 3                                   # ComfyUI's BinaryEventTypes.TEXT (send_progress_text)
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-JOB_LINE = re.compile(r'"POST /v1/videos HTTP/1\.[01]" \d{3}')
-STAGE_MS = re.compile(r"\|\s*stage_gen_time_ms\s*\|\s*([\d.]+)\s*\|")
-ENCODE_MS = re.compile(r"Video response encoding \(MP4 bytes\): ([\d.]+) ms")
-STEP = re.compile(r"(\d+)/(\d+)")
+sys.path.insert(1, str(PKG / "tests" / "comfyui"))      # comfy_harness, after bench/ as before
+
+from comfy_harness import comfyui_version  # noqa: E402
+from comfyui_process import Comfy, Websocket, process_state, server_env_var  # noqa: E402
+from gpu.common import NOT_ON_CPU, Gpu  # noqa: E402
 
 
-# ----------------------------------------------------------------------------- pure parts
-def load_api(name: str) -> dict:
-    return json.loads((PKG / "workflows" / "api" / f"{name}.api.json").read_text())
-
-
-def node_of(prompt: dict, class_type: str) -> str:
-    return next(k for k, e in prompt.items() if e["class_type"] == class_type)
-
-
-def build_prompt(template: dict, model: str, generate: dict, serving: Optional[dict] = None,
-                 probes: bool = True) -> dict:
-    """The template's API twin pointed at ``model``, with Generate Video / Serving Config
-    inputs overridden, plus probe nodes that make the IMAGE and fps visible in /history:
-    Get Image Size -> Preview Any (width, height, batch), Preview Any (fps), and frame 0 of the
-    IMAGE through Image From Batch into Save Image (a real save node, channels checkable)."""
-    prompt = copy.deepcopy(template)
-    prompt[node_of(prompt, "VLLMOmniLoadModel")]["inputs"]["model"] = model
-    prompt[node_of(prompt, "VLLMOmniServingConfig")]["inputs"].update(serving or {})
-    gen = node_of(prompt, "VLLMOmniGenerateVideo")
-    prompt[gen]["inputs"].update(generate)
-    if probes:
-        prompt["90"] = {"class_type": "GetImageSize", "inputs": {"image": [gen, 0]}}
-        for slot, name in enumerate(("width", "height", "batch")):
-            prompt[f"9{slot + 1}"] = {"class_type": "PreviewAny", "inputs": {"source": ["90", slot]},
-                                      "_meta": {"title": name}}
-        prompt["94"] = {"class_type": "PreviewAny", "inputs": {"source": [gen, 1]}, "_meta": {"title": "fps"}}
-        prompt["95"] = {"class_type": "ImageFromBatch", "inputs": {"image": [gen, 0], "batch_index": 0, "length": 1}}
-        prompt["96"] = {"class_type": "SaveImage", "inputs": {"images": ["95", 0], "filename_prefix": "e2e/frame0"}}
-    return prompt
-
-
-def probe_values(outputs: dict) -> dict[str, Optional[float]]:
-    """width / height / batch / fps from the Preview Any nodes' ui text in a /history entry."""
-    values: dict[str, Optional[float]] = {}
-    for node, name in (("91", "width"), ("92", "height"), ("93", "batch"), ("94", "fps")):
-        text = (outputs.get(node) or {}).get("text") or [None]
-        try:
-            values[name] = float(text[0])
-        except (TypeError, ValueError):
-            values[name] = None
-    return values
-
-
-def count_jobs(log_text: str) -> int:
-    """Video jobs a server log says it received (uvicorn's POST /v1/videos access lines)."""
-    return len(JOB_LINE.findall(_ANSI.sub("", log_text)))
-
-
-def server_times(log_text: str) -> list[dict[str, float]]:
-    """Per job, the server's own seconds from its log: stage generation time (the stats table)
-    and the MP4 encoding line; the two come one after the other per job."""
-    text = _ANSI.sub("", log_text)
-    stages = [float(x) / 1000 for x in STAGE_MS.findall(text)]
-    encodes = [float(x) / 1000 for x in ENCODE_MS.findall(text)]
-    out = []
-    for i, stage in enumerate(stages):
-        encode = encodes[i] if i < len(encodes) else 0.0
-        out.append({"stage_gen_s": round(stage, 6), "mp4_encode_s": round(encode, 6),
-                    "server_s": round(stage + encode, 4)})
-    return out
-
-
-def summarize_progress(events: list[dict], node: str) -> dict[str, Any]:
-    """What the websocket showed for one node: progress events and its text messages."""
-    prog = [e for e in events if e["type"] == "progress" and str(e["data"].get("node")) == node]
-    texts = [e["text"] for e in events if e["type"] == "text" and e["node"] == node]
-    steps = sorted({int(m.group(1)) for t in texts for m in [STEP.search(t)] if m and "Step" in t})
-    return {"progress_events": len(prog),
-            "progress_last": None if not prog else [prog[-1]["data"].get("value"), prog[-1]["data"].get("max")],
-            "texts": len(texts), "first_text": texts[0] if texts else None, "last_text": texts[-1] if texts else None,
-            "denoise_steps_seen": steps}
-
-
-def executed_nodes(events: list[dict], prompt_id: str) -> tuple[list[str], list[str]]:
-    """(nodes that ran, nodes served from cache) for one prompt, from the websocket."""
-    ran = [str(e["data"]["node"]) for e in events if e["type"] == "executing"
-           and e["data"].get("prompt_id") == prompt_id and e["data"].get("node") is not None]
-    cached = [str(n) for e in events if e["type"] == "execution_cached"
-              and e["data"].get("prompt_id") == prompt_id for n in e["data"].get("nodes", [])]
-    return sorted(set(ran)), sorted(set(cached))
-
-
-def verdict(report: dict) -> dict:
-    """all_ok and the list of failed checks from every check's ``ok``."""
-    checks = report.get("checks", {})
-    failed = sorted(k for k, c in checks.items() if c.get("ok") is False)
-    report["failed"] = failed
-    report["all_ok"] = bool(checks) and not failed and all(c.get("ok") is True for c in checks.values())
-    return report
-
-
-# ----------------------------------------------------------------------------- watchers
-class Websocket:
-    """ComfyUI's /ws for one client id, read in a thread; every event with its arrival time."""
-
-    def __init__(self, url: str, client_id: str) -> None:
-        self.url = url.replace("http://", "ws://") + f"/ws?clientId={client_id}"
-        self.events: list[dict] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
-        self._thread.start()
-        if not self._ready.wait(30):
-            raise RuntimeError(f"websocket {self.url} did not connect")
-
-    async def _run(self) -> None:
-        import aiohttp
-
-        async with aiohttp.ClientSession() as session:
-            async with session.ws_connect(self.url, heartbeat=20) as ws:
-                self._ready.set()
-                while not self._stop.is_set():
-                    try:
-                        msg = await ws.receive(timeout=0.5)
-                    except asyncio.TimeoutError:
-                        continue
-                    if msg.type == aiohttp.WSMsgType.TEXT:
-                        data = json.loads(msg.data)
-                        self._add({"type": data.get("type"), "data": data.get("data") or {}})
-                    elif msg.type == aiohttp.WSMsgType.BINARY:
-                        self._add(_binary_event(msg.data))
-                    elif msg.type in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
-                        return
-
-    def _add(self, event: dict) -> None:
-        event["t"] = time.monotonic()
-        with self._lock:
-            self.events.append(event)
-
-    def snapshot(self) -> list[dict]:
-        with self._lock:
-            return list(self.events)
-
-    def wait_for(self, pred: Callable[[dict], bool], timeout: float, start: int = 0) -> Optional[dict]:
-        """The first event from index ``start`` on that ``pred`` accepts (None after ``timeout``)."""
-        deadline = time.monotonic() + timeout
-        seen = start
-        while time.monotonic() < deadline:
-            events = self.snapshot()
-            for e in events[seen:]:
-                if pred(e):
-                    return e
-            seen = len(events)
-            time.sleep(0.02)
-        return None
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-
-def _binary_event(raw: bytes) -> dict:
-    kind = struct.unpack(">I", raw[:4])[0]
-    if kind != TEXT_EVENT:
-        return {"type": f"binary{kind}", "data": {}}
-    n = struct.unpack(">I", raw[4:8])[0]
-    return {"type": "text", "data": {}, "node": raw[8:8 + n].decode(), "text": raw[8 + n:].decode(errors="replace")}
-
-
-# ----------------------------------------------------------------------------- ComfyUI
-class Comfy(ComfyUI):
-    """A ComfyUI process as a user runs it: ``main.py --listen 127.0.0.1`` (``--cpu`` only in the
-    rehearsal), the pack under ``<base>/custom_nodes``, no front end (an empty ``--front-end-root``)."""
-
-    def __init__(self, comfy_dir: Path, python: str, env: dict[str, str], base: Path, cpu: bool,
-                 extra_args: tuple[str, ...] = ()) -> None:
-        from comfy_harness import free_port
-
-        self.comfy_dir = Path(comfy_dir).resolve()
-        self.python = python
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.base = base
-        for sub in ("custom_nodes", "input", "output", "user", "models/diffusers", "empty-front-end"):
-            (base / sub).mkdir(parents=True, exist_ok=True)
-        link = base / "custom_nodes" / PACK_NAME
-        if link.is_symlink() and link.resolve() != PKG:   # a link left by an earlier call's copy
-            link.unlink()
-        if not link.is_symlink():
-            link.symlink_to(PKG, target_is_directory=True)
-        example = self.comfy_dir / "input" / "example.png"
-        if example.is_file():
-            shutil.copy2(example, base / "input" / "example.png")
-        self.log_path = base / "comfyui.log"
-        child_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        child_env.update(env)
-        child_env["PYTHONUNBUFFERED"] = "1"
-        self.argv = [python, str(self.comfy_dir / "main.py"), *(["--cpu"] if cpu else []),
-                     "--listen", "127.0.0.1", "--port", str(self.port), "--base-directory", str(base),
-                     "--disable-all-custom-nodes", "--whitelist-custom-nodes", PACK_NAME,
-                     "--disable-auto-launch", "--database-url", "sqlite:///:memory:",
-                     "--front-end-root", str(base / "empty-front-end"), *extra_args]
-        self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.argv, cwd=str(self.comfy_dir), stdin=subprocess.DEVNULL,
-                                     stdout=self._log, stderr=subprocess.STDOUT, env=child_env,
-                                     start_new_session=True)
-
-
-# ----------------------------------------------------------------------------- the run
 class Run:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -366,7 +158,8 @@ class Run:
         if entry.get("status", {}).get("status_str") == "error":
             job["error"] = [m for m in entry["status"].get("messages", []) if m[0] == "execution_error"]
         local_texts = [e["text"] for e in events if e["type"] == "text" and e["node"] == local]
-        job["planner"] = self.prediction(prompt[gen]["inputs"])
+        job["planner"] = planner_prediction(self.base / "models" / "diffusers" / self.args.model_folder,
+                                            prompt[gen]["inputs"], [self.args.cpu_gpu_gib] if self.args.cpu else None)
         job["local_server_texts"] = local_texts[-3:]
         peak = self.gpu.peak_mib(t0, t_end)
         job["nvml_peak_mib"] = peak
@@ -376,45 +169,9 @@ class Run:
             if times:
                 job["server_times"] = times[-1]
                 job["overhead_s"] = round(job["generate_node_wall_s"] - times[-1]["server_s"], 3)
-        job.update(self.files(outputs))
+        job.update(output_files(self.base, outputs))
         self.report.setdefault("jobs", {})[name] = job
         return job
-
-    def prediction(self, inputs: dict) -> dict:
-        """What the planner recommends for this request on this machine (serving `auto` asks the
-        same function): its configuration and predicted per-GPU peak, to set against NVML's."""
-        try:
-            _import_package()
-            from vllm_omni_launcher.planner.ladder import recommend
-            from vllm_omni_launcher.planner.memory import RequestShape
-
-            model_dir = str(self.base / "models" / "diffusers" / self.args.model_folder)
-            rec = recommend(model_dir, RequestShape(inputs["width"], inputs["height"], inputs["frames"]),
-                            gpus=[self.args.cpu_gpu_gib] if self.args.cpu else None)
-            return {"label": rec.label, "flags": None if rec.spec is None else rec.spec.flags(),
-                    "peak_gib": None if rec.plan is None else round(rec.plan.peak_gib, 2),
-                    "gpus": [] if rec.plan is None else [g.to_dict() for g in rec.plan.gpus]}
-        except Exception as exc:   # the prediction is a measurement aid; its failure is reported
-            return {"error": f"{type(exc).__name__}: {exc}"[:1000]}
-
-    def files(self, outputs: dict) -> dict:
-        """The SaveImage frame (size, mode) and the SaveVideo file (frames, size, fps by PyAV)."""
-        assert self.comfy is not None
-        found: dict[str, Any] = {}
-        for out in outputs.values():
-            for kind in ("images", "videos", "animated"):
-                for item in out.get(kind, []) if isinstance(out.get(kind), list) else []:
-                    if not isinstance(item, dict) or "filename" not in item:
-                        continue
-                    path = self.base / item.get("type", "output") / item.get("subfolder", "") / item["filename"]
-                    if path.suffix.lower() == ".png":
-                        from PIL import Image
-
-                        with Image.open(path) as im:
-                            found["frame0_png"] = {"size": list(im.size), "mode": im.mode}
-                    else:
-                        found["video_file"] = describe_video(path)
-        return found
 
     def save(self) -> None:
         verdict(self.report)
@@ -527,7 +284,7 @@ class Run:
             "ended_as": None if ended is None else ended["type"], "generate_texts_after_interrupt": after,
             "gpu_idle_after_interrupt_s": gpu_idle_s, "server_pids_before": pids_before,
             "server_pids_after": self.server_pids(), "server_status_text": status,
-            "log_tail": [ln for ln in _ANSI.sub("", self.server_log_text()).splitlines()
+            "log_tail": [ln for ln in ANSI.sub("", self.server_log_text()).splitlines()
                          if "vllm-omni-launcher" in ln or "cancel" in ln.lower()][-10:]}
         result["ok"] = (node_end_s is not None and node_end_s < a.cancel_bound_s
                         and result["ended_as"] == "execution_interrupted")
@@ -556,7 +313,7 @@ class Run:
         self.comfy.proc.wait(10)
         gone_s = gpu_gone_s = None
         while time.monotonic() - t_kill < a.kill_bound_s * 4:
-            alive = [p for p in pids if Path(f"/proc/{p}").exists() and _state(p) != "Z"]
+            alive = [p for p in pids if Path(f"/proc/{p}").exists() and process_state(p) != "Z"]
             if not alive and gone_s is None:
                 gone_s = round(time.monotonic() - t_kill, 2)
             procs = self.gpu.processes()
@@ -593,37 +350,6 @@ class Run:
             self.save()
         print(f"all_ok={self.report['all_ok']} failed={self.report['failed']} -> {self.out / 'report.json'}")
         return 0 if self.report["all_ok"] else 1
-
-
-def server_env_var(pid: int, name: str) -> Optional[str]:
-    """One variable of a server process's environment (ComfyUI's cuda_malloc sets
-    PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync in its own process, and the launcher passes
-    PYTORCH_* on). Only that name is read: the environment also holds the server's API key."""
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return None
-    prefix = name.encode() + b"="
-    return next((v[len(prefix):].decode(errors="replace") for v in raw.split(b"\0") if v.startswith(prefix)), None)
-
-
-def _state(pid: int) -> Optional[str]:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return None
-
-
-def describe_video(path: Path) -> dict:
-    """Frames, size, fps and bytes of a video file, decoded by PyAV (what ComfyUI's VIDEO holds)."""
-    import av
-
-    with av.open(str(path)) as container:
-        stream = container.streams.video[0]
-        frames = sum(1 for _ in container.decode(stream))
-        return {"file": path.name, "bytes": path.stat().st_size, "frames": frames,
-                "size": [stream.codec_context.width, stream.codec_context.height],
-                "fps": float(stream.average_rate or 0), "codec": stream.codec_context.name}
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:

@@ -8,8 +8,11 @@ extra_params.sample_solver). It prints and writes one JSON report:
 `lora_changes_frames`, `deterministic`, `euler_ran`, `euler_changes_frames`, `ok`.
 
 Works with vLLM-Omni 0.26 and 0.30 (per-request LoRA exists in both). Needs torch, peft and
-diffusers in the python that runs it (to make the LoRA), unless --lora names a ready PEFT folder.
-`--server-cmd` pointing at the stub server lets the same driver run on a CPU box.
+diffusers in the python that runs it (to make the LoRA), unless --lora names a ready PEFT folder:
+the device's 0.30 server venv has no peft, so there it gets bench/fixtures/tiny-wan22-ti2v-peft-lora
+(made by `make_tiny_lora.py peft` for this model). `--server-cmd` pointing at the stub server lets the
+same driver run on a CPU box, where the frames depend on the seed only: there only the jobs, the form
+fields and the determinism are proven, not that the LoRA or the sampler change anything.
 
 usage: python bench/lora_gpu_check.py --models DIR --out report.json [--lora PEFT_DIR] [--gpu 0]
 """
@@ -35,7 +38,7 @@ DIFFERENT = 1e-3
 LOG_MARKERS = ("adapter", "LoRA", "lora")
 
 
-def _mean_abs_diff(a: Any, b: Any) -> Optional[float]:
+def mean_abs_diff(a: Any, b: Any) -> Optional[float]:
     import numpy as np
 
     if a is None or b is None or a.shape != b.shape:
@@ -43,10 +46,20 @@ def _mean_abs_diff(a: Any, b: Any) -> Optional[float]:
     return round(float(np.abs(a.astype(np.float32) - b.astype(np.float32)).mean()), 6)
 
 
+def start_client(sup: Any, spec: Any, into: dict[str, Any]) -> Any:
+    """Start the supervised server, note its ready time and version in `into`; a client for it."""
+    from vllm_omni_launcher.client.api import VideoClient
+
+    t0 = time.monotonic()
+    sup.start()
+    into["ready_s"] = round(time.monotonic() - t0, 2)
+    into["server_version"] = ".".join(map(str, sup.server_version))
+    return VideoClient(sup.url, api_key=sup.api_key, served_name=spec.served_name, server_version=sup.server_version)
+
+
 def run_check(model_dir: Path, lora_dir: Path, server_cmd: list[str], extra_env: dict[str, str],
               data_dir: Path, gpu: int) -> dict[str, Any]:
     """Start one server, run the four jobs, stop it; the report (never raises for a job failure)."""
-    from vllm_omni_launcher.client.api import VideoClient
     from vllm_omni_launcher.client.request import RequestLora, VideoRequest
     from vllm_omni_launcher.server.config.local_config import LocalConfig
     from vllm_omni_launcher.server.launch.spec import LaunchSpec, ParallelConfig, RuntimeConfig
@@ -68,13 +81,8 @@ def run_check(model_dir: Path, lora_dir: Path, server_cmd: list[str], extra_env:
                               "request": REQUEST, "jobs": {}}
     frames: dict[str, Any] = {}
     sup = Supervisor(spec, config)
-    t0 = time.monotonic()
     try:
-        sup.start()
-        report["ready_s"] = round(time.monotonic() - t0, 2)
-        report["server_version"] = ".".join(map(str, sup.server_version))
-        client = VideoClient(sup.url, api_key=sup.api_key, served_name=spec.served_name,
-                             server_version=sup.server_version)
+        client = start_client(sup, spec, report)
         for name, req in jobs.items():
             entry: dict[str, Any] = {"form": {k: v for k, v in req.form_fields(sup.server_version).items()
                                               if k in ("lora", "extra_params", "seed")}}
@@ -90,6 +98,8 @@ def run_check(model_dir: Path, lora_dir: Path, server_cmd: list[str], extra_env:
         report["gpu_memory_mib_after_jobs"] = gpu_memory_mib()
     except Exception as exc:
         report["error"] = f"{type(exc).__name__}: {exc}"
+    except KeyboardInterrupt:   # the step's time limit: stop the server, report the jobs that ran
+        report["error"] = f"interrupted (SIGINT) after {len(frames)} of {len(jobs)} jobs"
     finally:
         tail = sup.tail(400)
         report["log_lora_lines"] = [line for line in tail if any(m in line for m in LOG_MARKERS)][-20:]
@@ -97,9 +107,9 @@ def run_check(model_dir: Path, lora_dir: Path, server_cmd: list[str], extra_env:
             report["log_tail"] = tail[-60:]
         sup.stop()
     report["diff"] = {
-        "base_vs_base_again": _mean_abs_diff(frames.get("base"), frames.get("base_again")),
-        "base_vs_lora": _mean_abs_diff(frames.get("base"), frames.get("lora")),
-        "base_vs_euler": _mean_abs_diff(frames.get("base"), frames.get("euler")),
+        "base_vs_base_again": mean_abs_diff(frames.get("base"), frames.get("base_again")),
+        "base_vs_lora": mean_abs_diff(frames.get("base"), frames.get("lora")),
+        "base_vs_euler": mean_abs_diff(frames.get("base"), frames.get("euler")),
     }
     diff = report["diff"]
     report["deterministic"] = diff["base_vs_base_again"] is not None and diff["base_vs_base_again"] < DIFFERENT

@@ -307,18 +307,10 @@ def _request(args: argparse.Namespace, family: Any, image: Optional[bytes],
     return replace(request, sampler=args.sampler, lora=lora)
 
 
-def _denoised(sup: Any) -> Optional[Callable[[], bool]]:
-    """The fast-poll hint of a supervised server: its log showed the last denoise step of a run
-    newer than any before this job (None for --url: the client's own record of earlier jobs)."""
-    if sup is None:
-        return None
-    last = sup.progress()
-    floor = last.run_id if last is not None else -1
-
-    def due() -> bool:
-        now = sup.progress()
-        return now is not None and now.denoised_after(floor)
-    return due
+def _denoised(sup: Any) -> Optional[Callable[[], int]]:
+    """The fast-poll hint of a supervised server, as the node gives it (Supervisor.job_hint: its log's
+    last denoise step, then the stored MP4); None for --url: the client's own record of earlier jobs."""
+    return sup.job_hint()[1] if sup is not None else None
 
 
 def _generate(args: argparse.Namespace, client: VideoClient, request: Any, sup: Any) -> int:
@@ -336,7 +328,8 @@ def _generate(args: argparse.Namespace, client: VideoClient, request: Any, sup: 
               file=sys.stderr)
 
     # Only the MP4 asked for: no frame is decoded, the header is checked against the request. A
-    # server this command started hints when its log shows the last denoise step, as for the node.
+    # server this command started hints when its log shows the last denoise step and then the MP4
+    # stored, as for the node.
     result = client.generate(request, on_update=on_update, decode=bool(args.frames_npy), due=_denoised(sup))
     Path(args.out).write_bytes(result.mp4)
     if result.video is not None:

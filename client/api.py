@@ -24,7 +24,7 @@ from .clip_memory import check_clip_memory
 from .frames import DecodedVideo, PreparedOutput, VideoInfo, probe_mp4
 from .http_errors import job_failed_error
 from .job_results import GenerationCancelled, GenerationResult, JobState, JobUpdate
-from .poll_window import LEARNED, PollCadence, job_kind
+from .poll_window import LEARNED, Due, Hint, PollCadence, job_kind
 from .request import VideoRequest
 from .streamed_download import StreamedVideo
 from .transport import Cancelled, Deadlines, RetryPolicy, Transport
@@ -148,15 +148,15 @@ class VideoClient:
     def generate(self, req: VideoRequest, *, on_update: Optional[Callable[[JobUpdate], None]] = None,
                  should_cancel: Optional[Callable[[], bool]] = None, poll_interval: float = 0.25,
                  timeout_s: Optional[float] = None, keep_job: bool = False,
-                 frame_multiplier: int = 1, due: Optional[Callable[[], bool]] = None,
+                 frame_multiplier: int = 1, due: Optional[Due] = None,
                  decode: bool = True) -> GenerationResult:
         """Submit, poll until done, download, decode, delete the job on the server.
 
         Polls every `poll_interval` seconds (sleeps never exceed it nor 0.25 s between
         should_cancel checks), and every poll_window.FAST_POLL_S inside the short window around
-        the job's expected end: from `due()`'s rising edge (the caller's hint that the job is
-        finishing) or from what earlier jobs of this kind took on this server (poll_window.py),
-        which the job then teaches. on_update gets a JobUpdate after every poll. When
+        the job's expected end: from each rise of `due()` (the caller's hint that the job is
+        finishing, a poll_window.Hint level) or from what earlier jobs of this kind took on this
+        server (poll_window.py), which the job then teaches. on_update gets a JobUpdate after every poll. When
         should_cancel() is true the job is deleted at once and GenerationCancelled raised.
         `timeout_s` (None: wait forever) bounds submit -> completion; on expiry the job is
         deleted and a LauncherError raised. The MP4 may be at most req.bounds() in size and
@@ -179,6 +179,8 @@ class VideoClient:
                         completed_at to whole seconds, so this over-states by up to 1 s
           server_inference  (when reported) the server's inference_time_s: its task time,
                         engine queueing included
+          stored_hint   (when `due()` rose to Hint.STORED) a duration: from that rise to the poll
+                        that saw the job done (how late a supervised server's completion is seen)
         """
         poll = max(0.01, float(poll_interval))
         bounds = self.clip_bounds(req, frame_multiplier) if decode else req.bounds(frame_multiplier)
@@ -218,7 +220,10 @@ class VideoClient:
                 if state.status == "in_progress":
                     cadence.running(self._clock())
                 if state.status == "completed":
-                    LEARNED.learn(self.base_url, kind, *cadence.finished(self._clock()))
+                    run_s, after_hint = cadence.finished(self._clock())
+                    LEARNED.learn(self.base_url, kind, run_s, after_hint)
+                    if Hint.STORED in after_hint:
+                        timings["stored_hint"] = after_hint[Hint.STORED]
                     break
                 if state.status == "failed":
                     raise self.job_failure(job_id, state)
@@ -272,14 +277,15 @@ class VideoClient:
         return job_failed_error(job_id, state.error or "", self._http.redact(job_text(state)),
                                 state.error_code)
 
-    def wait_for_next_poll(self, poll: float, due: Optional[Callable[[], bool]],
+    def wait_for_next_poll(self, poll: float, due: Optional[Due],
                            should_cancel: Optional[Callable[[], bool]]) -> None:
         """Sleep until the next poll round of a caller's own loop (a batch): `poll` seconds, and
-        fast only in the short window each rising edge of `due()` opens (poll_window.py). The
-        cadence lives as long as the same `due` and interval are passed."""
+        fast only in the short window each rise of `due()` opens (poll_window.py). The cadence
+        lives as long as the same `due` and interval are passed; its hint rises once per clip and
+        level, so its number of windows is not capped (each window still is)."""
         cadence = self._round_cadence
         if cadence is None or cadence.due is not due or cadence.poll_s != poll:
-            cadence = self._round_cadence = PollCadence(poll, due, clock=self._clock)
+            cadence = self._round_cadence = PollCadence(poll, due, clock=self._clock, max_windows=None)
         cadence.wait(self._http.sleep, should_cancel)
 
     def _lost(self, job_id: str, last_status: str, exc: LauncherError) -> LauncherError:

@@ -11,11 +11,10 @@ from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from ..client.batch import BatchCancelled, BatchResult, BatchUpdate, run_batch
-from ..client.request import FrameInterpolation
 from ..errors import LauncherError
+from ..planner.queued_prompt import prompt_lines
 from ..server.config.local_config import load_local_config
 from . import comfy_bridge, progress, session
-from .batch_count import prompt_lines
 from .handles import ServerHandle
 
 SEED_LIMIT = 2 ** 63        # the seed widget's range: seeds wrap around inside it
@@ -43,14 +42,11 @@ def clip_plan(prompts: str, seed: int, batch_count: int, limit: int) -> list[tup
 
 
 def generate_batch(handle: ServerHandle, *, prompts: str, seed: int, batch_count: int, image: Any = None,
-                   node_id: Optional[str] = None, sampler: Optional[str] = None,
-                   interpolation: Optional[FrameInterpolation] = None,
-                   **widgets: Any) -> tuple[Any, float, list[Any], str]:
+                   node_id: Optional[str] = None, **widgets: Any) -> tuple[Any, float, list[Any], str]:
     """(IMAGE of all clips' frames in order, fps, one VIDEO per clip, summary text)."""
     with progress.reporting(node_id, "Checking the requests") as reporter:
         clips = clip_plan(prompts, seed, batch_count, load_local_config().max_batch_clips)
-        first, note = session.build_request(handle, image=image, sampler=sampler, interpolation=interpolation,
-                                            prompt=clips[0][0], seed=clips[0][1], **widgets)
+        first, note = session.build_request(handle, image=image, prompt=clips[0][0], seed=clips[0][1], **widgets)
         requests = [replace(first, prompt=text, seed=clip_seed) for text, clip_seed in clips]
         result = _run(handle, requests, reporter)
         summary = _summary(result, clips, note)
@@ -101,11 +97,6 @@ class BatchProgress:
     steps: int
     local_progress: Optional[Any] = None         # Supervisor.progress
     run_floor: int = -1                          # denoise runs up to this id belong to earlier jobs
-
-    def due(self) -> bool:
-        """A clip should be finishing (its denoise reached the last step): poll fast."""
-        current = self.local_progress() if self.local_progress is not None else None
-        return current is not None and current.denoised_after(self.run_floor)
 
     def on_update(self, update: BatchUpdate) -> None:
         done, running, total = update.done, update.running, self.clips

@@ -12,7 +12,7 @@ import io
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, NoReturn, Optional
 
 import numpy as np
 
@@ -46,7 +46,7 @@ def interrupted() -> bool:
     return bool(mm.processing_interrupted())
 
 
-def raise_interrupted() -> None:
+def raise_interrupted() -> NoReturn:
     """End the node as 'interrupted' (not as an error), the way ComfyUI's own nodes do."""
     try:
         import comfy.model_management as mm  # type: ignore[import-not-found]
@@ -76,13 +76,10 @@ def to_image(frames: np.ndarray) -> Any:
     return torch.from_numpy(frames)
 
 
-def image_to_uint8(image: Any) -> np.ndarray:
-    """First frame of a ComfyUI IMAGE [B,H,W,C] as uint8 RGB [H,W,3] for upload."""
+def first_image(image: Any) -> np.ndarray:
+    """The first image of a ComfyUI IMAGE [B,H,W,C] as numpy [H,W,C] (client/images.py makes its PNG)."""
     array = image.detach().cpu().numpy() if hasattr(image, "detach") else np.asarray(image)
-    if array.ndim == 4:
-        array = array[0]
-    array = array[..., :3]
-    return (np.clip(array, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
+    return array[0] if array.ndim == 4 else array
 
 
 @dataclass(repr=False)            # never the MP4 bytes in a printed input

@@ -7,37 +7,16 @@ batch_size, KSampler's seed): one `seed` and a count, clip j of each prompt gett
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
-from ..client.request import DEFAULT_SAMPLER, SAMPLERS, FrameInterpolation
-from ..errors import LauncherError
+from ..client.request import DEFAULT_SAMPLER, SAMPLERS
 from . import batch_session, comfy_bridge, session
-from .handles import SERVER_TYPE, ServerHandle
+from .handles import SERVER_TYPE
 from .schema import Input, Node, Output
+from .session import INTERPOLATION, NO_MODEL
 
 ZERO = "0 = the model's recommended value"
 MINUS_ONE = "-1 = the model's recommended value"
-NO_MODEL = "(none)"
-INTERPOLATION = {"off": 0, "x2": 1, "x4": 2}      # widget -> RIFE exp (frames and fps times 2**exp)
-
-
-def interpolation_for(choice: str, model_name: str) -> Optional[FrameInterpolation]:
-    """The frame interpolation widgets as a request part; the RIFE folder must be a list entry."""
-    exp = INTERPOLATION.get(choice)
-    if exp is None:
-        raise LauncherError(f"Frame interpolation '{choice}' is not known", "allowed: off, x2, x4",
-                            "pick off, x2 or x4", setting="frame_interpolation")
-    if not exp:
-        return None
-    path = comfy_bridge.interpolation_models().get(model_name)
-    if path is None:
-        raise LauncherError(
-            f"Frame interpolation model '{model_name}' is not available",
-            "frame interpolation needs a RIFE folder (holding flownet.pkl) under ComfyUI/models/frame_interpolation; "
-            "the launcher never lets the server download one",
-            "put a RIFE folder (e.g. RIFE-4.22.lite) there, refresh the node definitions (press R) and pick it as "
-            "interpolation_model, or set frame_interpolation to off", setting="interpolation_model")
-    return FrameInterpolation(str(path), exp)
 
 
 def _number(name: str, kind: str, default: Any, tooltip: str, **opts: Any) -> Input:
@@ -83,10 +62,10 @@ def job_inputs(prompt: Input) -> list[Input]:
     ]
 
 
-def _generate(server: ServerHandle, frame_interpolation: str, interpolation_model: str, unique_id: Optional[str],
-              image: Any = None, sampler: str = DEFAULT_SAMPLER, **widgets: Any) -> tuple:
-    return session.generate_video(server, image=image, node_id=unique_id, sampler=sampler,
-                                  interpolation=interpolation_for(frame_interpolation, interpolation_model), **widgets)
+# Generate Video's outputs, which the pipeline nodes (pipeline_nodes.py) return too
+VIDEO_OUTPUTS = (Output("IMAGE", "frames", "the decoded frames, IMAGE [frames, height, width, 3] float32 0..1"),
+                 Output("FLOAT", "fps", "the video's frame rate, for nodes that take IMAGE + fps (e.g. Create Video)"),
+                 Output("VIDEO", "video", "the server's MP4 as ComfyUI VIDEO, not re-encoded: connect to Save Video"))
 
 
 GENERATE_VIDEO = Node(
@@ -97,10 +76,7 @@ GENERATE_VIDEO = Node(
     "and frames (the node says so). Inputs are checked before anything is sent. A stopped local server is started "
     "again. Cancel deletes the job on the server.",
     lambda: job_inputs(text_input("prompt", "what the video shows and how the camera moves (required)")),
-    (Output("IMAGE", "frames", "the decoded frames, IMAGE [frames, height, width, 3] float32 0..1"),
-     Output("FLOAT", "fps", "the video's frame rate, for nodes that take IMAGE + fps (e.g. Create Video)"),
-     Output("VIDEO", "video", "the server's MP4 as ComfyUI VIDEO, not re-encoded: connect to Save Video")),
-    _generate)
+    VIDEO_OUTPUTS, lambda server, unique_id, **widgets: session.generate_video(server, node_id=unique_id, **widgets))
 
 MAX_BATCH_WIDGET = 64    # the widget's own range; the machine's cap is the local config's max_batch_clips
 
@@ -114,14 +90,6 @@ def batch_inputs() -> list[Input]:
                                     "seed+batch_count-1; prompt lines x batch_count may be at most the local "
                                     "config's max_batch_clips", default=1, opts={"min": 1, "max": MAX_BATCH_WIDGET}))
     return inputs
-
-
-def _generate(server: ServerHandle, prompts: str, seed: int, batch_count: int, frame_interpolation: str,
-              interpolation_model: str, unique_id: Optional[str], image: Any = None, sampler: str = DEFAULT_SAMPLER,
-              **widgets: Any) -> tuple:
-    return batch_session.generate_batch(
-        server, prompts=prompts, seed=seed, batch_count=batch_count, image=image, node_id=unique_id,
-        sampler=sampler, interpolation=interpolation_for(frame_interpolation, interpolation_model), **widgets)
 
 
 GENERATE_BATCH = Node(
@@ -138,4 +106,4 @@ GENERATE_BATCH = Node(
      Output("VIDEO", "videos", "each clip's MP4 as ComfyUI VIDEO, not re-encoded (a list: a Save Video node runs "
             "once per clip)", is_list=True),
      Output("STRING", "summary", "which clip is which (prompt and seed), their size, and how the server ran them")),
-    _generate)
+    lambda server, unique_id, **widgets: batch_session.generate_batch(server, node_id=unique_id, **widgets))

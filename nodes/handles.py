@@ -64,8 +64,6 @@ class ServerHandle:
         where = f" ({self.remote_name})" if self.remote_name else ""
         return f"ServerHandle({self.kind} {self.url}{where} model={self.served_name!r})"
 
-    __str__ = __repr__
-
 
 __all__ = ["MODEL_TYPE", "SERVING_TYPE", "SERVER_TYPE", "ModelChoice", "RequestLimit", "ServerHandle",
            "ServingChoice"]

@@ -15,15 +15,12 @@ from ..client import media
 from ..errors import LauncherError
 from ..models import PIPELINE_FAMILIES, LocalModel, find_local_models, nearest_frames
 from . import comfy_bridge, session
-from .generate_node import MINUS_ONE, ZERO, text_input
+from .generate_node import MINUS_ONE, VIDEO_OUTPUTS, ZERO, text_input
 from .handles import MODEL_TYPE, SERVER_TYPE, ModelChoice, ServerHandle
 from .model_nodes import choose_entry
 from .schema import Input, Node, Output
 
 PRESETS = {f.hf_id: f for f in PIPELINE_FAMILIES.values()}
-OUTPUTS = (Output("IMAGE", "frames", "the decoded frames, IMAGE [frames, height, width, 3] float32 0..1"),
-           Output("FLOAT", "fps", "the video's frame rate, for nodes that take IMAGE + fps (e.g. Create Video)"),
-           Output("VIDEO", "video", "the server's MP4 as ComfyUI VIDEO, not re-encoded: connect to Save Video"))
 
 
 def _local_models() -> dict[str, LocalModel]:
@@ -125,7 +122,7 @@ GENERATE_VACE = Node(
              *_common("4k+1 frames; " + ZERO + " (the control video's length, else 81)", 257),
              Input("control_video", "IMAGE", "frames the video follows: [frames, height, width, 3]", optional=True),
              Input("reference_images", "IMAGE", "1-4 images whose subject or style the video shows", optional=True)],
-    OUTPUTS, _vace)
+    VIDEO_OUTPUTS, _vace)
 
 GENERATE_S2V = Node(
     "VLLMOmniGenerateSpeechToVideo", "vLLM-Omni Generate Speech-to-Video",
@@ -138,4 +135,4 @@ GENERATE_S2V = Node(
              Input("image", "IMAGE", "the face or portrait to animate (first image of a batch)"),
              Input("audio", "AUDIO", "the speech or song, at most 20 s"),
              *_common("frames per part, a multiple of 4 up to 120; " + ZERO + " (80)", 120)],
-    OUTPUTS, _s2v)
+    VIDEO_OUTPUTS, _s2v)

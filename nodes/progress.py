@@ -6,8 +6,8 @@ text, and a failure replaces it with what went wrong. The bar goes through Comfy
 which never raises ComfyUI's interrupt into our threads; `cancel_requested()` reads the Cancel flag.
 The HTTP API has no job progress: a supervised server's bar shows the denoise steps and ETA its log
 gives; a remote one's, elapsed time against what jobs of the kind took there (client/poll_window.py),
-growing past it rather than sitting at "~0s left"; the first such job's moves with elapsed time
-(half-way at ELAPSED_HALF_S, never full) and its text says so.
+growing past it rather than sitting at "~0s left", or with elapsed time alone for the first such job,
+whose text says so (client/progress_estimate.py).
 """
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
+from ..client.progress_estimate import elapsed_fraction, estimated_fraction
 from ..errors import LauncherError
 from . import comfy_bridge
 
 REMOTE_BAR = 100                                        # remote bar in percent: no real steps to show
-ELAPSED_HALF_S = 60.0                                   # without an estimate, the bar is half-way after this
 
 
 # ----------------------------------------------------------------------------- the reporter
@@ -95,23 +95,6 @@ def reporting(node_id: Optional[str], first_text: str) -> Iterator[NodeReporter]
         reporter.close()
 
 
-# ----------------------------------------------------------------------------- remote estimates
-def estimated_fraction(running_s: float, estimate_s: float) -> float:
-    """Share of the job done: linear to 80 % of the estimate, then towards (never reaching) 1 from the
-    same slope: an overrunning job still moves and never looks done, as if the estimate kept growing."""
-    knee = 0.8 * estimate_s
-    if running_s <= knee:
-        return running_s / estimate_s
-    tail = estimate_s - knee
-    return 1.0 - 0.2 * tail / (tail + running_s - knee)
-
-
-def elapsed_fraction(running_s: float) -> float:
-    """The bar of a job with no estimate: it moves with the time elapsed and is never full."""
-    running_s = max(0.0, running_s)
-    return running_s / (running_s + ELAPSED_HALF_S)
-
-
 def clock(seconds: float) -> str:
     seconds = int(max(0, seconds))
     return f"{seconds // 60}:{seconds % 60:02d}" if seconds >= 60 else f"{seconds}s"
@@ -127,12 +110,6 @@ class JobProgress:
     local_progress: Optional[Callable[[], Any]] = None   # Supervisor.progress
     run_floor: int = -1                                  # denoise runs up to this id belong to earlier jobs
     remote_estimate_s: Optional[float] = None            # what this kind of job took there before
-
-    def due(self) -> bool:
-        """Local: the log showed this job's last denoise step (the client then polls faster; a remote
-        job's fast polls come from the client's record of earlier jobs, client/poll_window.py)."""
-        progress = self.local_progress() if self.local_progress is not None else None
-        return progress is not None and progress.denoised_after(self.run_floor)
 
     def on_update(self, update: Any) -> None:
         status = update.status

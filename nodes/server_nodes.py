@@ -9,25 +9,27 @@ is downstream of them.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from ..models import ALL_FAMILIES
+from ..server.config.local_config import load_local_config
+from ..server.config.remote_servers import USE_URL, remote_choices, remote_identity
 from . import session
 from .handles import MODEL_TYPE, SERVER_TYPE, SERVING_TYPE
 from .schema import Input, Node, Output
 
 
-def _every_time(**_: Any) -> float:
-    return float("nan")
+def _report_node(node_id: str, name: str, description: str, inputs: Callable[[], list[Input]], output: str,
+                 what: str, run: Callable[..., tuple]) -> Node:
+    """A report node (see above): runs on every queue (NaN), its text on the node and as its STRING output."""
+    return Node(node_id, name, description, inputs, (Output("STRING", output, f"{what} (also shown on the node); "
+                "wire it to Preview Any to keep it"),), run, output_node=True, shows_text=True,
+                fingerprint=lambda **_: float("nan"))
 
 
-def _report(name: str, what: str) -> tuple[Output, ...]:
-    return (Output("STRING", name, f"{what} (also shown on the node); wire it to Preview Any to keep it"),)
-
-
-def _remote_identity(url: Any = "", remote_server: Any = session.USE_URL, **_: Any) -> str:
+def _remote_identity(url: Any = "", remote_server: Any = USE_URL, **_: Any) -> str:
     # Stable for the same widgets and config: a constant key keeps Generate Video cached.
-    return session.remote_identity(str(url or ""), str(remote_server or session.USE_URL))
+    return remote_identity(load_local_config, str(url or ""), str(remote_server or USE_URL))
 
 
 LOCAL_SERVER = Node(
@@ -50,14 +52,14 @@ REMOTE_SERVER = Node(
     "URL typed here. An API key is sent only to an origin the local config names with that key, never to a URL "
     "a workflow chose; it never comes from a widget.",
     lambda: [
-        Input("url", "STRING", f"server base URL (no /v1); used when remote_server is '{session.USE_URL}'",
+        Input("url", "STRING", f"server base URL (no /v1); used when remote_server is '{USE_URL}'",
               default="http://127.0.0.1:8091"),
         Input("model_family", "COMBO", "which Wan2.2 model the server runs: t2v_a14b, i2v_a14b or ti2v_5b, or a "
               "VACE / S2V / FastWan one (for the size and frame rules and the recommended values)",
               default="ti2v_5b", options=tuple(ALL_FAMILIES)),
         Input("remote_server", "COMBO", "a server named in this machine's launcher config (remote_servers, with "
-              f"its URL and key), or '{session.USE_URL}' for the url above", default=session.USE_URL,
-              optional=True, own_choice=True, options=session.remote_choices),  # session names the config to fix
+              f"its URL and key), or '{USE_URL}' for the url above", default=USE_URL, optional=True,
+              own_choice=True, options=lambda: remote_choices(load_local_config)),  # the run names what to fix
     ],
     (Output(SERVER_TYPE, "server", "handle of the remote server (no secret): connect to Generate Video or Server "
             "Status"),),
@@ -65,28 +67,24 @@ REMOTE_SERVER = Node(
         session.connect_remote(url, model_family, remote_server, unique_id),),
     fingerprint=_remote_identity)
 
-STOP_SERVER = Node(
+STOP_SERVER = _report_node(
     "VLLMOmniStopServer", "vLLM-Omni Stop Server",
     "Stops the connected local server, or every server this ComfyUI started (stop_all or no server connected), "
     "and frees their GPUs. Runs every time it is queued; its report shows on the node and in its report output.",
     lambda: [Input("stop_all", "BOOLEAN", "stop every server this ComfyUI started", default=False),
              Input("server", SERVER_TYPE, "the server to stop (a remote one is never stopped); none connected = "
                    "all", optional=True)],
-    _report("report", "what was stopped"),
-    lambda stop_all, server, unique_id: session.stop_servers(server, stop_all, unique_id),
-    output_node=True, fingerprint=_every_time, shows_text=True)
+    "report", "what was stopped", lambda stop_all, server, unique_id: session.stop_servers(server, stop_all, unique_id))
 
-SERVER_STATUS = Node(
+SERVER_STATUS = _report_node(
     "VLLMOmniServerStatus", "vLLM-Omni Server Status",
     "Phase, GPUs, URL and last error of the connected server, or of every server this ComfyUI started. Runs "
     "every time it is queued; the report shows on the node and in its output.",
     lambda: [Input("server", SERVER_TYPE, "the server to report on; none connected = every launcher-started "
                    "server", optional=True)],
-    _report("status", "the status report"),
-    lambda server, unique_id: session.server_report(server, unique_id),
-    output_node=True, fingerprint=_every_time, shows_text=True)
+    "status", "the status report", lambda server, unique_id: session.server_report(server, unique_id))
 
-DOCTOR = Node(
+DOCTOR = _report_node(
     "VLLMOmniDoctor", "vLLM-Omni Doctor",
     "Checks this machine for vLLM-Omni: GPUs and peer-to-peer access, memory ComfyUI holds, the server "
     "environment's vllm / vllm-omni pair, disk, the model folder, the Diffusers folders Load Model leaves out and "
@@ -95,6 +93,4 @@ DOCTOR = Node(
     "is queued; the report shows on the node and in its output.",
     lambda: [Input("model", MODEL_TYPE, "also check this model: its size against the disk and the GPUs, its local "
                    "folder", optional=True)],
-    _report("report", "the doctor report"),
-    lambda model, unique_id: session.doctor_report(model, unique_id),
-    output_node=True, fingerprint=_every_time, shows_text=True)
+    "report", "the doctor report", lambda model, unique_id: session.doctor_report(model, unique_id))

@@ -10,7 +10,7 @@ choices, its launch on the Generate node; so Local Server needs no fingerprint_i
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Callable, NoReturn, Optional
+from typing import Any, Callable, Optional
 
 from ..client.api import LOCAL_LOG_HINT, REMOTE_LOG_HINT, VideoClient
 from ..client.images import image_to_png
@@ -19,18 +19,20 @@ from ..client.poll_window import LEARNED, job_kind
 from ..client.request import FrameInterpolation
 from ..client.transport import Deadlines
 from ..errors import LauncherError
-from ..models import guidance_as_sent, request_for
+from ..models import request_for
 from ..planner.doctor import run_doctor
 from ..planner.launch_plan import LaunchPlan
+from ..planner.queued_prompt import jobs_run_cfg, queued_jobs
 from ..planner.speed_costs import cfg_runs, idle_cfg_warning
 from ..server import registry
-from ..server.config.local_config import LocalConfig, load_local_config, origin
+from ..server.config.local_config import LocalConfig, load_local_config
+from ..server.config.remote_servers import remote_target
 from ..server.launch.loras import LoraPlan, plan_loras
 from . import comfy_bridge, progress
-from .batch_count import queued_clips
 from .handles import ModelChoice, ServerHandle, ServingChoice
 
-USE_URL = "(use url)"        # Remote Server: no configured server picked, the url widget applies
+NO_MODEL = "(none)"                               # interpolation_model: none picked
+INTERPOLATION = {"off": 0, "x2": 1, "x4": 2}      # frame_interpolation -> RIFE exp (frames and fps times 2**exp)
 
 # A job whose guidance turns CFG off on an auto-planned CFG-parallel server re-plans
 # (`_running_local`); the server it gets is remembered here by the handle's fingerprint, so the
@@ -46,8 +48,9 @@ def start_local(model: ModelChoice, serving: ServingChoice, node_id: Optional[st
     how many jobs a Generate Batch submits at once (for the planner's replica advice)."""
     with progress.reporting(node_id, "Planning the launch") as reporter:
         config = load_local_config()
-        sup, plan, loras = _launch(model, serving, config, reporter, cfg=_jobs_run_cfg(prompt, node_id, model),
-                                   queued_jobs=_queued_jobs(prompt, node_id))
+        sup, plan, loras = _launch(model, serving, config, reporter,
+                                   cfg=jobs_run_cfg(prompt, node_id, model.family),
+                                   queued_jobs=queued_jobs(prompt, node_id))
         status = sup.status()
         text = status.text + (f"\n{status.fallback_note}" if status.fallback_note else "")
         text += "".join(f"\n{note}" for note in loras.notes)
@@ -55,37 +58,6 @@ def start_local(model: ModelChoice, serving: ServingChoice, node_id: Optional[st
         return ServerHandle("local", sup.url or "", sup.spec.served_name, sup.spec.family.key,
                             server_id=plan.spec.fingerprint(), server_version=sup.server_version,
                             model=model, serving=serving, limit=plan.limit, lora=loras.per_request)
-
-
-def _fed_jobs(prompt: Optional[dict[str, Any]], node_id: Optional[str]) -> list[dict[str, Any]]:
-    """The inputs of the Generate nodes (Video and Batch) this Local Server's output feeds in the
-    queued prompt: what the plan can know of its jobs before any exists."""
-    if not prompt or node_id is None:
-        return []
-    return [n["inputs"] for n in prompt.values() if isinstance(n, dict) and isinstance(n.get("inputs"), dict)
-            and "guidance" in n["inputs"] and [str(node_id), 0] in n["inputs"].values()]
-
-
-def _queued_jobs(prompt: Optional[dict[str, Any]], node_id: Optional[str]) -> int:
-    """The most jobs one node this Local Server feeds submits at once: a Generate Batch's prompt
-    lines x batch_count (batch_count.py), 1 for Generate Video or no node."""
-    return max(map(queued_clips, _fed_jobs(prompt, node_id)), default=1)
-
-
-def _jobs_run_cfg(prompt: Optional[dict[str, Any]], node_id: Optional[str], model: ModelChoice) -> bool:
-    """Whether the jobs queued on this Local Server run CFG (`cfg_runs`), from the guidance widgets
-    of the nodes its output feeds (`_fed_jobs`), filled in as their requests will be. True where
-    any may (a linked value, no such node): the server's default guidance is not 1."""
-    jobs = _fed_jobs(prompt, node_id)
-    if not jobs:
-        return True
-    for inputs in jobs:
-        values = (inputs["guidance"], inputs.get("guidance_2", -1.0))
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            return True             # linked from another node: known only when the job runs
-        if cfg_runs(*guidance_as_sent(model.family, *values)):     # no media needed (VACE, S2V)
-            return True
-    return False
 
 
 def _launch(model: ModelChoice, serving: ServingChoice, config: LocalConfig,
@@ -107,7 +79,7 @@ def _launch(model: ModelChoice, serving: ServingChoice, config: LocalConfig,
                                     should_cancel=reporter.cancel_requested)
     except registry.LaunchCancelled:
         reporter.text("Cancelled while starting: the server and all its processes were stopped")
-        _end_interrupted()
+        comfy_bridge.raise_interrupted()
     return sup, plan, loras
 
 
@@ -145,32 +117,11 @@ def _auto(handle: ServerHandle) -> bool:
 
 
 # ----------------------------------------------------------------------------- remote servers
-def remote_choices() -> list[str]:
-    """Remote Server's list: 'use the url', then the servers this machine's config names."""
-    try:
-        names = sorted(load_local_config().remote_servers)
-    except LauncherError:
-        names = []          # a broken config is reported when the node runs, not by hiding the node
-    return [USE_URL, *names]
-
-
-def remote_identity(url: str, remote_name: str) -> str:
-    """What a Remote Server node stands for: the configured URL of a named server, else the url
-    widget (fingerprint_inputs: editing the config's URL for a name re-runs the node). Never raises."""
-    if remote_name and remote_name != USE_URL:
-        try:
-            server = load_local_config().remote_servers.get(remote_name)
-        except LauncherError:
-            server = None
-        return f"{remote_name}={server.url if server is not None else ''}"
-    return url.strip()
-
-
 def connect_remote(url: str, family_key: str, remote_name: str, node_id: Optional[str]) -> ServerHandle:
     """Check a remote server answers with a model, and name it (its key stays in the config)."""
     with progress.reporting(node_id, "Connecting") as reporter:
         config = load_local_config()
-        name, base, key = _remote_target(config, url, remote_name)
+        name, base, key = remote_target(config, url, remote_name)
         with VideoClient(base, api_key=key, deadlines=Deadlines.from_config(config),
                          proxy=config.remote_proxy) as client:
             names = client.models()
@@ -182,35 +133,14 @@ def connect_remote(url: str, family_key: str, remote_name: str, node_id: Optiona
         return ServerHandle("remote", base, names[0], family_key, remote_name=name)
 
 
-def _remote_target(config: LocalConfig, url: str, remote_name: str) -> tuple[str, str, Optional[str]]:
-    """(configured name or "", base URL, key). A typed URL gets a key only when the local
-    config names its origin; a configured name brings its own URL and key."""
-    if remote_name and remote_name != USE_URL:
-        server = config.remote_servers.get(remote_name)
-        if server is None:
-            raise LauncherError(
-                f"Remote server '{remote_name}' is not configured on this machine",
-                "Remote Server lists the servers named in this machine's launcher config (remote_servers)",
-                f"add '{remote_name}' to remote_servers in vllm_omni_launcher.json, or pick "
-                f"'{USE_URL}' and type the server's URL", setting="remote_server")
-        return remote_name, server.url.rstrip("/"), server.api_key
-    base = url.strip().rstrip("/")
-    if base.endswith("/v1"):
-        base = base[:-3]
-    origin(base)            # refuses anything that is not an http(s) URL with a host, naming the widget
-    return "", base, config.api_key_for(base)
-
-
 # ----------------------------------------------------------------------------- one job
 def generate_video(handle: ServerHandle, *, image: Any = None, node_id: Optional[str] = None,
-                   sampler: Optional[str] = None, interpolation: Optional[FrameInterpolation] = None,
                    **widgets: Any) -> tuple[Any, float, Any]:
     """One job: (IMAGE frames, fps, VIDEO). Widgets are Generate Video's, 0 / -1 meaning the
     model's value (or the serving plan's, when the plan fits less than the model's default).
     The handle's per-request LoRA, the sampler and frame interpolation go with the request."""
     with progress.reporting(node_id, "Checking the request") as reporter:
-        request, note = build_request(handle, image=image, sampler=sampler, interpolation=interpolation,
-                                      **widgets)
+        request, note = build_request(handle, image=image, **widgets)
         result = _run(handle, request, reporter)
         video = result.video
         reporter.text(f"Done: {video.num_frames} frames {video.width}x{video.height} at {video.fps:g} fps "
@@ -220,13 +150,15 @@ def generate_video(handle: ServerHandle, *, image: Any = None, node_id: Optional
 
 
 def build_request(handle: ServerHandle, *, image: Any = None, sampler: Optional[str] = None,
-                  interpolation: Optional[FrameInterpolation] = None, **widgets: Any) -> tuple[Any, str]:
+                  frame_interpolation: str = "off", interpolation_model: str = NO_MODEL,
+                  **widgets: Any) -> tuple[Any, str]:
     """Generate Video's widgets as one checked VideoRequest for this handle (the plan's limit, the
     start image, the handle's per-request LoRA, sampler, interpolation) and the note for the Done
     line. Generate Batch builds its requests from this one too."""
+    interpolation = interpolation_for(frame_interpolation, interpolation_model)
     # where the widgets ask for the model's size or frames and the plan fits less, the plan's
     widgets, note = (widgets, "") if handle.limit is None else handle.limit.apply(widgets)
-    png = image_to_png(comfy_bridge.image_to_uint8(image)) if image is not None else None
+    png = image_to_png(comfy_bridge.first_image(image)) if image is not None else None
     request = request_for(handle.family, image_png=png, **widgets)
     if interpolation is not None and handle.kind == "remote":
         raise LauncherError(
@@ -235,6 +167,23 @@ def build_request(handle: ServerHandle, *, image: Any = None, sampler: Optional[
             setting="frame_interpolation")
     request = replace(request, lora=handle.lora, sampler=sampler, interpolation=interpolation)
     return request, "\n".join(n for n in (note, _idle_cfg_note(handle, request)) if n)
+
+
+def interpolation_for(choice: str, model_name: str) -> Optional[FrameInterpolation]:
+    """Generate's frame interpolation widgets as a request part (`choice` an INTERPOLATION key: schema.py
+    refuses any other before the node runs); the RIFE folder must be a list entry."""
+    exp = INTERPOLATION[choice]
+    if not exp:
+        return None
+    path = comfy_bridge.interpolation_models().get(model_name)
+    if path is None:
+        raise LauncherError(
+            f"Frame interpolation model '{model_name}' is not available",
+            "frame interpolation needs a RIFE folder (holding flownet.pkl) under ComfyUI/models/frame_interpolation; "
+            "the launcher never lets the server download one",
+            "put a RIFE folder (e.g. RIFE-4.22.lite) there, refresh the node definitions (press R) and pick it as "
+            "interpolation_model, or set frame_interpolation to off", setting="interpolation_model")
+    return FrameInterpolation(str(path), exp)
 
 
 def _idle_cfg_note(handle: ServerHandle, request: Any) -> str:
@@ -254,7 +203,7 @@ def job_client(handle: ServerHandle, reporter: progress.NodeReporter,
     if sup is not None:
         url, key, version = sup.url, sup.api_key, sup.server_version
     else:
-        (_, url, key), version = _remote_target(config, handle.url, handle.remote_name), handle.server_version
+        (_, url, key), version = remote_target(config, handle.url, handle.remote_name), handle.server_version
     client = VideoClient(url, api_key=key, served_name=handle.served_name, server_version=version,
                          deadlines=Deadlines.from_config(config), clip_memory_gib=config.max_clip_memory_gib,
                          proxy=config.remote_proxy, log_hint=LOCAL_LOG_HINT if sup is not None else REMOTE_LOG_HINT)
@@ -276,12 +225,12 @@ def run_jobs(handle: ServerHandle, requests: list[Any], reporter: progress.NodeR
              explain: Callable[[Any, Any, int], None]) -> Any:
     """Both Generate nodes' job loop: `job_client`, `tracker(local_progress, run_floor, client)` for
     the bar, `submit(client, on_update=, should_cancel=, due=)`; a `cancelled` is explained and ends
-    the node as interrupted. Only a supervised server gives `due` (the log's last denoise step); a
-    remote job's fast polls come from the client's record of earlier jobs (client/poll_window.py)."""
+    the node as interrupted. Only a supervised server gives `due` (its log's last denoise step, then
+    the stored MP4); a remote job's fast polls come from the client's record of earlier jobs."""
     head = requests[0]              # the requests differ in prompt and seed only
     client, sup = job_client(handle, reporter, cfg_runs(head.guidance, head.guidance_2), len(requests))
-    last = sup.progress() if sup is not None else None
-    bar = tracker(sup.progress if sup is not None else None, last.run_id if last is not None else -1, client)
+    floor, due = sup.job_hint() if sup is not None else (-1, None)   # runs up to `floor` are earlier jobs'
+    bar = tracker(sup.progress if sup is not None else None, floor, client)
 
     def on_update(update: Any) -> None:
         if sup is not None:
@@ -291,11 +240,10 @@ def run_jobs(handle: ServerHandle, requests: list[Any], reporter: progress.NodeR
     reporter.text(submitting)
     try:
         with client:
-            result = submit(client, on_update=on_update, should_cancel=reporter.cancel_requested,
-                            due=bar.due if sup is not None else None)
+            result = submit(client, on_update=on_update, should_cancel=reporter.cancel_requested, due=due)
     except cancelled as exc:
-        explain(exc, sup, bar.run_floor)
-        _end_interrupted()
+        explain(exc, sup, floor)
+        comfy_bridge.raise_interrupted()
     bar.finish()
     return result
 
@@ -327,11 +275,6 @@ def cancel_note(sup: Any, queued: list[str], running: list[str], run_floor: int)
         return ("A Wan denoise the remote server has started keeps its GPU busy until it ends (vLLM-Omni cannot "
                 "abort it), so its next job waits for that")
     return ""
-
-
-def _end_interrupted() -> NoReturn:
-    comfy_bridge.raise_interrupted()
-    raise AssertionError("unreachable")  # pragma: no cover - raise_interrupted always raises
 
 
 # ----------------------------------------------------------------------------- reports

@@ -12,7 +12,7 @@ import inspect
 from typing import Any
 
 from .comfy_bridge import PINNED
-from .schema import WIDGETS, Input, Node, Output
+from .schema import CATEGORY, WIDGETS, Input, Node, Output
 
 NEEDS = (0, 3, 64)            # the ComfyUI release this pack's V3 nodes were tested with first
 _IO_TYPES = {"IMAGE": "Image", "MASK": "Mask", "AUDIO": "Audio", "VIDEO": "Video", "INT": "Int",  # ComfyUI's
@@ -72,7 +72,7 @@ def node_class(node: Node, module: Any) -> type:
         return io_type(out.kind).Output(display_name=out.name, tooltip=out.tooltip, is_output_list=out.is_list)
 
     def define_schema(cls: type) -> Any:
-        return io.Schema(node_id=node.node_id, display_name=node.display_name, category="vLLM-Omni",
+        return io.Schema(node_id=node.node_id, display_name=node.display_name, category=CATEGORY,
                          description=node.description, inputs=[v3_input(i) for i in node.inputs()],
                          outputs=[v3_output(o) for o in node.outputs],
                          hidden=[io.Hidden[name] for name in node.hidden], is_output_node=node.output_node)

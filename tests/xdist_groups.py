@@ -47,7 +47,7 @@ KNOWN_COST_S: dict[str, float] = {
     _C + "test_nodes_stub.py::test_local_server_handle_is_small_and_secret_free": 80,
     _C + "test_nodes_stub.py::test_generate_starts_a_stopped_local_server_again_without_rerunning_local_server": 50,
     _C + "test_lora_contract.py::test_per_request_lora_keeps_the_server_and_a_fused_one_restarts_it": 80,
-    "tests/unit/test_workflows.py::test_ti2v_text_to_video_template_runs_end_to_end_on_the_stub_server": 110,
+    "tests/unit/test_template_run_on_stub.py::test_ti2v_text_to_video_template_runs_end_to_end_on_the_stub_server": 110,
     # single tests that start servers of their own
     _SUP + "test_keep_alive_then_spec_changes_stop_overlapping_servers": 120,
     _SUP + "test_slow_load_progress_hard_cancel_and_crash_restart": 110,

@@ -1,6 +1,6 @@
 """`python -m bench.gpu <phase> ...`, from the repository root.
 
-  manifest   (CPU) tensor names/shapes of both sides from the upstream classes -> bench/gpu/manifest_ti2v5b.json
+  manifest   (CPU) tensor names/shapes of both sides from the upstream classes -> bench/gpu/manifest_<family>.json
   weights    (device, image python) random real-size weights: ComfyUI single files + our Diffusers folder
   detect     (ComfyUI's python) what ComfyUI's model detection makes of each single file
   native     (ComfyUI's python) issue 26 section 1: ComfyUI's native Wan2.2 5B workflow and our template
@@ -9,7 +9,10 @@
              Supervisor and client, NVML peak per job; --caps runs jobs under the allocator cap
   levers     (server venv python) issue 26 section 3: our speed levers (compile, cache-dit, FP8, attention
              backends), one server each, PSNR drift vs eager; --cli-jobs: the CLI generate path (issue 25)
-  report     (any python) the markdown tables of a results folder
+  report     (any python) the markdown tables of a results folder (one combined ours / native table over
+             every head-to-head report under it: the device calls of one session)
+`--family` (manifest, weights, detect, native): ti2v-5b (default) or t2v-a14b (bench/gpu/families.py).
+bench/gpu/rehearse.sh: the CPU rehearsal of a family's device calls at tiny sizes (ComfyUI --cpu + stub server).
 
 The earlier phases are the scripts beside this package in bench/, reached from here by name with their own
 options (`python -m bench.gpu e2e --help`); they share bench/gpu/common.py with the phases above:
@@ -25,28 +28,36 @@ import json
 import sys
 from pathlib import Path
 
+from .families import FAMILIES, SHM, family
+
 
 def _manifest(a: argparse.Namespace) -> int:
     from . import weights
 
-    doc = weights.write_manifest(a.side, Path(a.source), Path(a.out), full_size=not a.tiny)
-    print(f"{a.out}: sides {sorted(doc)}")
+    fam = family(a.family)
+    doc = weights.write_manifest(a.side, Path(a.source), Path(a.out or fam.manifest), full_size=not a.tiny, fam=fam)
+    print(f"{a.out or fam.manifest}: sides {sorted(k for k in doc if k != 'family')}")
     return 0
 
 
 def _weights(a: argparse.Namespace) -> int:
     from . import weights
 
-    manifest = json.loads(Path(a.manifest).read_text())
-    report = weights.build(manifest, Path(a.base), seed=a.seed, shard_bytes=int(a.shard_gb * 1e9))
+    fam = family(a.family)
+    manifest = json.loads(Path(a.manifest or fam.manifest).read_text())
+    if manifest.get("family", fam.name) != fam.name:
+        raise SystemExit(f"{a.manifest}: a {manifest['family']} manifest, not {fam.name}'s (--family)")
+    report = weights.build(manifest, Path(a.base), seed=a.seed, shard_bytes=int(a.shard_gb * 1e9), fam=fam,
+                           shm=Path(a.shm), fp8_marker_elements=a.fp8_marker_elements,
+                           reserve=int(a.reserve_gib * (1 << 30)))
     print("WEIGHTS " + json.dumps(report), flush=True)
     return 0
 
 
 def _detect(a: argparse.Namespace) -> int:
-    from . import weights
+    from .detect import detect
 
-    result = weights.detect(Path(a.base), Path(a.comfy_dir), cpu=a.cpu)
+    result = detect(Path(a.base), Path(a.comfy_dir), cpu=a.cpu, fam=family(a.family))
     print("DETECT " + json.dumps(result), flush=True)
     if a.out:
         Path(a.out).write_text(json.dumps(result, indent=1))
@@ -81,12 +92,19 @@ def main(argv: list[str] | None = None) -> int:
     m = sub.add_parser("manifest", help="tensor manifests from the upstream classes (CPU)")
     m.add_argument("--side", choices=("diffusers", "comfy"), required=True)
     m.add_argument("--source", required=True, help="diffusers: the tiny kit TI2V folder; comfy: ComfyUI's source")
-    m.add_argument("--out", default=str(Path(__file__).with_name("manifest_ti2v5b.json")))
+    m.add_argument("--out", help="default: the family's committed manifest (bench/gpu/manifest_<family>.json)")
     m.add_argument("--tiny", action="store_true", help="the CPU rehearsal's small sizes (ComfyUI's VAE stays full)")
     m.set_defaults(fn=_manifest)
     w = sub.add_parser("weights", help="random real-size weights for both sides")
     w.add_argument("--base", required=True, help="ComfyUI base directory (models/ inside)")
-    w.add_argument("--manifest", default=str(Path(__file__).with_name("manifest_ti2v5b.json")))
+    w.add_argument("--manifest", help="default: the family's committed manifest")
+    w.add_argument("--shm", default=str(SHM), help="where the family's in-memory files go (T2V-A14B: the ComfyUI "
+                   "fp8 diffusion file, 13.3 GiB)")
+    w.add_argument("--reserve-gib", type=float, default=0.0, help="disk kept free beyond the weights (what "
+                   "arrives after them: the kit pieces, the unpacked kit, the venvs)")
+    w.add_argument("--fp8-marker-elements", type=int, default=0, choices=(0, 2),
+                   help="the scaled_fp8 marker's length: 0 as ComfyUI saves it (fp8 matmul where the card has "
+                        "fp8 compute), 2 = ComfyUI casts to bf16 instead")
     w.add_argument("--seed", type=int, default=0)
     w.add_argument("--shard-gb", type=float, default=5.0)
     w.set_defaults(fn=_weights)
@@ -95,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--comfy-dir", required=True)
     d.add_argument("--cpu", action="store_true")
     d.add_argument("--out")
+    for sp in (m, w, d):
+        sp.add_argument("--family", choices=sorted(FAMILIES), default="ti2v-5b")
     d.set_defaults(fn=_detect)
     from . import calibrate, levers, native, report   # their own options
 

@@ -3,7 +3,10 @@
 # Each step is one `run` call from the repository root; state lives under $KIT (default $HOME/gpukit).
 #
 #   bash bench/gpu/device.sh first N     the machine and image; piece 00 stashed; the random weights of both
-#                                        sides built in the background (image python: torch + safetensors)
+#                                        sides built in the background (image python: torch + safetensors), of
+#                                        the family FAMILY names (ti2v-5b, the default, or t2v-a14b: its ComfyUI
+#                                        fp8 file in /dev/shm); later steps read the family from $KIT/family
+#   bash bench/gpu/device.sh weights     the weights job again (FAMILY, SHM_DIR=<folder>, RESERVE_GIB=<n>)
 #   bash bench/gpu/device.sh receive NN  stash the carried piece .kit/pNN
 #   bash bench/gpu/device.sh setup N     N pieces -> server venv (vllm 0.30 + vllm-omni 0.30 on torch 2.13, as
 #                                        the GPU kit's setup does it) + ComfyUI venv (image torch) + the
@@ -26,8 +29,16 @@ mkdir -p "$KIT/pieces" "$OUT" "$BASE"
 # bench/ itself comes from the checkout each call carries.
 [ -d "$KIT/snap" ] && export VLLM_OMNI_LAUNCHER_PKG="$KIT/snap"
 stamp() { echo "[$(date +%T) +${SECONDS}s] $*"; }
+# The model family of this machine's weights: FAMILY on `first`, remembered for the later calls.
+FAMILY="${FAMILY:-$(cat "$KIT/family" 2>/dev/null || echo ti2v-5b)}"
+MODEL_DIR="$BASE/models/diffusers/$FAMILY-fullsize"
+RESERVE_GIB="${RESERVE_GIB:-10}"   # disk left for what arrives after `first`: kit pieces, unpacked kit, venvs
+SHM_DIR="${SHM_DIR:-/dev/shm}"      # where a family's in-memory files go (T2V-A14B: ComfyUI's fp8 file)
 
-stash() { mv "$REPO/.kit/p$1" "$KIT/pieces/" && stamp "piece $1 stashed ($(ls "$KIT/pieces" | wc -l) here)"; }
+stash() {   # NN: the full kit's .kit/pNN; nNN: the ComfyUI-only kit's .kit/npNN (kit.sh NATIVE_ONLY=1)
+  local src="$REPO/.kit/p$1"; [ "${1#n}" != "$1" ] && src="$REPO/.kit/np${1#n}"
+  mv "$src" "$KIT/pieces/p${1#n}" && stamp "piece $1 stashed ($(ls "$KIT/pieces" | wc -l) here)"
+}
 
 site_of() { "$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
 
@@ -49,6 +60,13 @@ merge(src, dst)
 PY
 }
 
+start_weights() {   # the random weights of $FAMILY, in the background (image python)
+  echo "$FAMILY" > "$KIT/family"
+  (cd "$REPO" && setsid nohup "$IMAGE_PY" -m bench.gpu weights --family "$FAMILY" --base "$BASE" \
+    --reserve-gib "$RESERVE_GIB" --shm "$SHM_DIR" > "$KIT/weights.log" 2>&1 < /dev/null &)
+  sleep 3; stamp "weights job started ($FAMILY)"; cat "$KIT/weights.log"
+}
+
 setup() {
   local want="$1" n
   if [ ! -f "$X/.unpacked" ]; then
@@ -59,7 +77,8 @@ setup() {
     (cd "$X" && sha256sum -c --quiet SHA256SUMS) || { stamp "CHECKSUM FAILED"; return 5; }
     rm -f "$KIT"/pieces/p[0-9]*; touch "$X/.unpacked"; stamp "kit unpacked"
   fi
-  if [ ! -f "$SENV/.done" ]; then   # as `setup` would make it: --no-deps before the image .pth
+  # A ComfyUI-only kit (kit.sh with NATIVE_ONLY=1: no vllm wheel) runs the native side alone: no server venv.
+  if [ ! -f "$SENV/.done" ] && ls "$X"/wheels/vllm-[0-9]*.whl > /dev/null 2>&1; then   # as `setup` makes it: --no-deps before the image .pth
     rm -rf "$SENV"; "$IMAGE_PY" -m venv "$SENV" || return 6
     "$SENV/bin/python" -m pip install -q --no-index --no-deps --no-compile "$X"/wheels/*.whl > "$KIT/pip-server.log" 2>&1 \
       || { tail -5 "$KIT/pip-server.log"; return 7; }
@@ -83,33 +102,33 @@ setup() {
   "$SENV/bin/python" -c 'import torch, vllm, vllm_omni; print("ENV server torch", torch.__version__, torch.cuda.is_available(), "vllm", vllm.__version__, "vllm-omni", vllm_omni.__version__)' 2>&1 | grep -v -E "^(INFO|WARNING|DEBUG)" | tail -3
   "$CENV/bin/python" -c 'import torch, av, alembic, sqlalchemy, torchsde, pydantic; print("ENV comfy torch", torch.__version__, "av", av.__version__)' 2>&1 | tail -2
   local t=0
-  while [ ! -f "$BASE/models/diffusers/ti2v-5b-fullsize/.built" ]; do
+  while [ ! -f "$MODEL_DIR/.built" ]; do
     if ! pgrep -f "bench.gpu weights" > /dev/null; then stamp "WEIGHTS JOB GONE"; tail -20 "$KIT/weights.log"; return 10; fi
     sleep 2; t=$((t + 2)); [ $t -gt 400 ] && { stamp "WEIGHTS NOT DONE"; tail -5 "$KIT/weights.log"; return 11; }
   done
-  tail -8 "$KIT/weights.log"; df -h "$KIT" | tail -1
-  (cd "$REPO" && "$CENV/bin/python" -m bench.gpu detect --base "$BASE" --comfy-dir "$X/comfyui" --out "$KIT/detect.json" 2>&1 | grep -E "^DETECT|Error|error" | tail -3)
+  tail -8 "$KIT/weights.log"; df -h "$KIT" /dev/shm | tail -2
+  (cd "$REPO" && "$CENV/bin/python" -m bench.gpu detect --family "$FAMILY" --base "$BASE" --comfy-dir "$X/comfyui" --out "$KIT/detect.json" 2>&1 | grep -E "^DETECT|Error|error" | tail -3)
   cp "$KIT/detect.json" "$OUT/" 2>/dev/null
   stamp "setup done"
 }
 
-case "${1:?first N | receive NN | setup N | native ARGS | calibrate ARGS | pack}" in
+case "${1:?first N | weights | receive NN | setup N | native ARGS | levers ARGS | calibrate ARGS | pack}" in
   first)
     stamp "machine"; nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv,noheader
-    uname -r; nproc; free -g | head -2; df -h "$HOME" /tmp | tail -2; "$IMAGE_PY" --version
+    uname -r; nproc; free -g | head -2; df -h "$HOME" /tmp /dev/shm | tail -3; "$IMAGE_PY" --version
     "$IMAGE_PY" -m pip list 2>/dev/null | grep -i -E "^(torch|safetensors|psutil|nvidia-ml-py|markupsafe|aiohttp|av|pydantic|transformers|sentencepiece) " | tr '\n' ';'; echo
     stash 00
     [ -f "$REPO/.kit/snap.tgz" ] && tar xzf "$REPO/.kit/snap.tgz" -C "$KIT" && export VLLM_OMNI_LAUNCHER_PKG="$KIT/snap" \
       && stamp "package pinned: $(find "$KIT/snap" -name '*.py' | wc -l) files"
-    (cd "$REPO" && setsid nohup "$IMAGE_PY" -m bench.gpu weights --base "$BASE" > "$KIT/weights.log" 2>&1 < /dev/null &)
-    sleep 2; stamp "weights job started"; cat "$KIT/weights.log" ;;
+    start_weights ;;
+  weights) start_weights ;;   # again, e.g. with SHM_DIR / RESERVE_GIB changed after `first` said no room
   receive) stash "${2:?NN}"; tail -2 "$KIT/weights.log" ;;
   setup) setup "${2:?N pieces}" ;;
   native) shift; cd "$REPO" && "$CENV/bin/python" -m bench.gpu native --comfy-dir "$X/comfyui" --python "$CENV/bin/python" \
-      --base "$BASE" --launcher-env "$KIT/launcher-env.json" --detect "$KIT/detect.json" "$@" ;;
-  levers) shift; cd "$REPO" && "$SENV/bin/python" -m bench.gpu levers --model "$BASE/models/diffusers/ti2v-5b-fullsize" \
+      --base "$BASE" --launcher-env "$KIT/launcher-env.json" --detect "$KIT/detect.json" --family "$FAMILY" "$@" ;;
+  levers) shift; cd "$REPO" && "$SENV/bin/python" -m bench.gpu levers --model "$MODEL_DIR" \
       --data-dir "$KIT/lev-data" --reference "$KIT/lev-reference.npz" "$@" ;;
-  calibrate) shift; cd "$REPO" && "$SENV/bin/python" -m bench.gpu calibrate --model "$BASE/models/diffusers/ti2v-5b-fullsize" \
+  calibrate) shift; cd "$REPO" && "$SENV/bin/python" -m bench.gpu calibrate --model "$MODEL_DIR" \
       --data-dir "$KIT/cal-data" "$@" ;;
   pack)   # one tarball of logs: a call returns at most 8 files
     tar czf "$OUT/logs.tgz" -C "$KIT" --ignore-failed-read weights.log pip-server.log pip-comfy.log \

@@ -5,6 +5,8 @@
 # (what ComfyUI 0.3.64 needs beyond the image: alembic, SQLAlchemy, greenlet, Mako; torchsde, trampoline, av,
 # pydantic come from wheels/), comfyui/ (COMFYUI_SRC without .git), gpu-kit/ (the allocator cap, the tiny
 # models) and SHA256SUMS; split into .kit/pNN of PIECE_MIB (a call carries 64 MiB with the ~5 MB tree).
+# NATIVE_ONLY=1: the kit of ComfyUI's side alone (no vllm wheels: device.sh setup then builds no server venv), as
+# .kit/npNN, for a native-only session (receive them with `bash bench/gpu/device.sh receive nNN`).
 # Wheels are not recompressed: xz -6 of the NCCL wheel's contents saved 6% for 3.8 min of compression here.
 # nvidia-nccl-cu13==2.29.7 (requirements-kit30.txt) is no longer offered by the registry (2026-12-02): download
 # 2.32.3 in its place (it ran there, one GPU: no collective); apache-tvm-ffi and cryptography come as other
@@ -18,13 +20,18 @@ COMFYUI_SRC="${COMFYUI_SRC:-/work/comfyui-src}"
 PIECE_MIB="${PIECE_MIB:-57}"
 B="$REPO/.kit/build"
 rm -rf "$B"; mkdir -p "$B/wheels" "$B/comfy-wheels" "$B/comfyui" "$B/gpu-kit"
-ln -s "$WHEELS"/*.whl "$B/wheels/"; ln -s "$COMFY_WHEELS"/*.whl "$B/comfy-wheels/"
+if [ -n "${NATIVE_ONLY:-}" ]; then   # ComfyUI's side alone: only the server wheels its venv takes (device.sh setup)
+  for w in av pydantic pydantic_core pydantic_settings annotated_types typing_inspection python_dotenv torchsde trampoline; do
+    ln -s "$WHEELS/$w"-[0-9]*.whl "$B/wheels/"; done
+else ln -s "$WHEELS"/*.whl "$B/wheels/"; fi
+ln -s "$COMFY_WHEELS"/*.whl "$B/comfy-wheels/"
 tar -C "$COMFYUI_SRC" --exclude=.git --exclude=__pycache__ -cf - . | tar -C "$B/comfyui" -xf -
 cp "$GPU_KIT"/kit30/vol_memcap.py "$GPU_KIT"/kit30/zz_vol_memcap.pth "$B/gpu-kit/"
 cp -r "$GPU_KIT/models" "$B/gpu-kit/models"; chmod -R u+w "$B"
 (cd "$B" && find -L wheels comfy-wheels comfyui gpu-kit -type f -print0 | sort -z | xargs -0 sha256sum > SHA256SUMS)
-rm -f "$REPO"/.kit/p[0-9][0-9]
-tar -C "$B" -chf - SHA256SUMS gpu-kit comfy-wheels comfyui wheels | split -b "${PIECE_MIB}M" -d -a 2 - "$REPO/.kit/p"
-n=$(ls "$REPO"/.kit/p[0-9][0-9] | wc -l)
+P="$REPO/.kit/${NATIVE_ONLY:+n}p"     # the ComfyUI-only kit's pieces are .kit/npNN
+rm -f "$P"[0-9][0-9]
+tar -C "$B" -chf - SHA256SUMS gpu-kit comfy-wheels comfyui wheels | split -b "${PIECE_MIB}M" -d -a 2 - "$P"
+n=$(ls "$P"[0-9][0-9] | wc -l)
 echo "kit: $(ls "$B/wheels" | wc -l) server wheels, $(ls "$B/comfy-wheels" | wc -l) ComfyUI wheels; $n pieces of ${PIECE_MIB} MiB"
 echo "PIECES=$n"

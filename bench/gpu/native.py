@@ -1,11 +1,7 @@
-"""Issue 26 section 1: ComfyUI's native Wan2.2 TI2V-5B workflow beside our template, in ONE ComfyUI, same request.
-
-Native (the graph of ComfyUI's "Wan2.2 5B" template, text-to-video: no start image): UNETLoader ->
-ModelSamplingSD3 (shift 8) -> KSampler (uni_pc, simple, cfg 5) with CLIPLoader (type wan) -> CLIPTextEncode x2
-and Wan22ImageToVideoLatent, then VAEDecode. Ours: workflows/api/wan22_ti2v_5b_text_to_video (Load Model ->
-Serving Config -> Local Server -> Generate Video), guidance 5 and flow_shift 8 set to match, the server's UniPC
-(flow) solver. Both end in the same sink: the IMAGE into Get Image Size -> Preview Any (width, height,
-batch): no PNG or MP4 is written by either graph (our server's MP4 encode is part of our path and counted).
+"""Issue 26 section 1: ComfyUI's native Wan2.2 workflow beside our template, in ONE ComfyUI, same request
+(`--family` ti2v-5b, the default, or t2v-a14b; the graphs: bench/gpu/graphs.py). Both end in the same sink:
+the IMAGE into Get Image Size -> Preview Any (width, height, batch): no MP4 is written by either graph (our
+server's MP4 encode is part of our path and counted); a few frames go to PNG for the PSNR drift.
 
 Per side, each run timed from ComfyUI's websocket (node start times, the sampler's per-step progress) and,
 for ours, the server's own stage timing and MP4 lines: first run (files to frames), a warm run (new seed and
@@ -21,107 +17,13 @@ import uuid
 from pathlib import Path
 from typing import Any, Optional
 
-from . import weights
-from .common import (REPO, Deadline, Gpu, RamSampler, engine_e2e_s, load_frames, machine, mp4_encode_s,
+from .common import (Deadline, Gpu, RamSampler, engine_e2e_s, load_frames, machine, mp4_encode_s,
                      postprocess_s, psnr, save_json, stage_timings)
+from .families import FAMILIES, family
+from .graphs import (AUTO_VARIANTS, DECODE, FAST_VARIANTS, KSAMPLER, NATIVE_VARIANTS, NEGATIVE, OURS_VARIANTS,
+                     PROMPT, SETUPS, SINK, legacy, native_prompt, ours_prompt, sample_frames, serving_of)
 
-PROMPT = ("A red fox trotting through fresh snow in a birch forest at sunrise, soft golden light, slow tracking "
-          "shot, cinematic")
-NEGATIVE = "blurry, low quality, distorted faces, jitter, flicker, watermark, text, static frame"
-SINK = {"90": "GetImageSize", "91": "width", "92": "height", "93": "batch"}
-KSAMPLER, DECODE = "3", "8"
-
-
-def legacy() -> Any:
-    """bench/gpu_comfyui_e2e.py (its Comfy, Websocket, load_api, node_of); it imports only gpu/common.py."""
-    import sys
-
-    sys.path.insert(0, str(REPO / "bench"))
-    import gpu_comfyui_e2e
-
-    return gpu_comfyui_e2e
-
-
-def sink(prompt: dict, image: list) -> dict:
-    """The bench sink on an IMAGE output: its size and frame count as Preview Any text, nothing encoded."""
-    prompt["90"] = {"class_type": "GetImageSize", "inputs": {"image": image}}
-    for slot, name in enumerate(("width", "height", "batch")):
-        prompt[f"9{slot + 1}"] = {"class_type": "PreviewAny", "inputs": {"source": ["90", slot]},
-                                  "_meta": {"title": name}}
-    return prompt
-
-
-# Native speed variants a user sets in the graph (ComfyUI flags such as --fast need a ComfyUI of their own:
-# --comfy-arg): the UNET loader's fp8 weights, ComfyUI's EasyCache node at its defaults (verbose: its log
-# says how many steps it skipped).
-EASYCACHE = {"reuse_threshold": 0.2, "start_percent": 0.15, "end_percent": 0.95, "verbose": True}
-NATIVE_VARIANTS: dict[str, dict[str, Any]] = {
-    "default": {}, "fp8": {"weight_dtype": "fp8_e4m3fn"}, "easycache": {"easycache": EASYCACHE},
-    "fp8_easycache": {"weight_dtype": "fp8_e4m3fn", "easycache": EASYCACHE}}
-# Our variants: Serving Config widget values (the node's own speed settings; `compile` false = eager).
-# parallel_mode none: exactly these settings (with auto the planner would use fp8 only where nothing else fits).
-_EXACT = {"parallel_mode": "none", "offload": "none", "vae_tiling": False}
-OURS_VARIANTS: dict[str, dict[str, Any]] = {name: dict(_EXACT, **v) for name, v in {
-    "eager": {"compile": False}, "compile": {"compile": True},
-    "cache_dit": {"compile": False, "cache_backend": "cache_dit"}, "fp8": {"compile": False, "fp8": True},
-    "fp8_cache_dit": {"compile": False, "fp8": True, "cache_backend": "cache_dit"},
-    "compile_cache_dit": {"compile": True, "cache_backend": "cache_dit"},
-    "compile_fp8_cache_dit": {"compile": True, "fp8": True, "cache_backend": "cache_dit"}}.items()}
-SAMPLE_FROM, SAMPLE_FRAMES = 40, 4      # frames saved as PNG per run (the PSNR drift between variants)
-
-
-def sample_frames(prompt: dict, image: list, prefix: str, frames: int) -> dict:
-    """A few frames of the run's IMAGE saved as PNG (ImageFromBatch -> SaveImage) for the PSNR drift."""
-    start = min(SAMPLE_FROM, max(0, frames - SAMPLE_FRAMES))
-    prompt["94"] = {"class_type": "ImageFromBatch", "inputs": {"image": image, "batch_index": start,
-                                                                "length": min(SAMPLE_FRAMES, frames)}}
-    prompt["95"] = {"class_type": "SaveImage", "inputs": {"images": ["94", 0], "filename_prefix": prefix}}
-    return prompt
-
-
-def native_prompt(request: dict, *, weight_dtype: str = "default", shift: float = 8.0, cfg: float = 5.0,
-                  sampler: str = "uni_pc", scheduler: str = "simple", easycache: Optional[dict] = None) -> dict:
-    """ComfyUI's Wan2.2 5B template graph (API format), text-to-video, ending in the sink; `easycache`:
-    ComfyUI's EasyCache node between the model sampling patch and the sampler, with these inputs."""
-    r = request
-    files = {k: name for k, (_, name) in weights.COMFY_FILES.items()}
-    prompt = {
-        "37": {"class_type": "UNETLoader", "inputs": {"unet_name": files["unet"], "weight_dtype": weight_dtype}},
-        "38": {"class_type": "CLIPLoader", "inputs": {"clip_name": files["te"], "type": "wan", "device": "default"}},
-        "39": {"class_type": "VAELoader", "inputs": {"vae_name": files["vae"]}},
-        "48": {"class_type": "ModelSamplingSD3", "inputs": {"model": ["37", 0], "shift": shift}},
-        "6": {"class_type": "CLIPTextEncode", "inputs": {"text": r["prompt"], "clip": ["38", 0]}},
-        "7": {"class_type": "CLIPTextEncode", "inputs": {"text": r["negative"], "clip": ["38", 0]}},
-        "55": {"class_type": "Wan22ImageToVideoLatent",
-               "inputs": {"vae": ["39", 0], "width": r["width"], "height": r["height"], "length": r["frames"],
-                          "batch_size": 1}},
-        KSAMPLER: {"class_type": "KSampler",
-                   "inputs": {"model": ["49", 0] if easycache else ["48", 0], "positive": ["6", 0],
-                              "negative": ["7", 0],
-                              "latent_image": ["55", 0], "seed": r["seed"], "steps": r["steps"], "cfg": cfg,
-                              "sampler_name": sampler, "scheduler": scheduler, "denoise": 1.0}},
-        DECODE: {"class_type": "VAEDecode", "inputs": {"samples": [KSAMPLER, 0], "vae": ["39", 0]}},
-    }
-    if easycache:
-        prompt["49"] = {"class_type": "EasyCache", "inputs": dict(easycache, model=["48", 0])}
-    return sink(prompt, [DECODE, 0])
-
-
-def ours_prompt(template: dict, model: str, request: dict, serving: Optional[dict] = None,
-                guidance: float = 5.0, shift: float = 8.0) -> dict:
-    """Our TI2V-5B text-to-video template pointed at `model`, the same request, Generate's IMAGE into the sink."""
-    lg = legacy()
-    prompt = json.loads(json.dumps(template))
-    prompt[lg.node_of(prompt, "VLLMOmniLoadModel")]["inputs"]["model"] = model
-    prompt[lg.node_of(prompt, "VLLMOmniServingConfig")]["inputs"].update(serving or {})
-    gen = lg.node_of(prompt, "VLLMOmniGenerateVideo")
-    r = request
-    prompt[gen]["inputs"].update(prompt=r["prompt"], negative_prompt=r["negative"], width=r["width"],
-                                 height=r["height"], frames=r["frames"], fps=r["fps"], steps=r["steps"],
-                                 seed=r["seed"], guidance=guidance, flow_shift=shift, sampler="unipc")
-    for key in [k for k, e in prompt.items() if e["class_type"] in ("SaveVideo", "SaveImage")]:
-        del prompt[key]
-    return sink(prompt, [gen, 0])
+__all__ = ["DECODE", "KSAMPLER", "native_prompt", "ours_prompt"]     # the graphs, as the driver's tests read them
 
 
 def node_times(events: list[dict], prompt_id: str) -> dict[str, float]:
@@ -154,6 +56,20 @@ def sampler_steps(events: list[dict], prompt_id: str, node: str) -> dict[str, An
             "s_per_step": None if rate is None else round(rate, 4)}
 
 
+def samplers_steps(events: list[dict], prompt_id: str, nodes: tuple[str, ...]) -> dict[str, Any]:
+    """`sampler_steps` over one or more samplers in turn (A14B: the high- then the low-noise expert): time to
+    the first sampler's first step, and s/step over every sampler's first-to-last step interval (each
+    sampler's own first step holds its expert's load, so it is left out of the rate)."""
+    each = [sampler_steps(events, prompt_id, n) for n in nodes]
+    if len(each) == 1:
+        return each[0]
+    spans = [(s["s_per_step"] * (s["steps_seen"] - 1)) for s in each if s.get("s_per_step") is not None]
+    intervals = sum(s["steps_seen"] - 1 for s in each if s.get("s_per_step") is not None)
+    return {"steps_seen": sum(s["steps_seen"] for s in each), "to_first_step_s": each[0].get("to_first_step_s"),
+            "s_per_step": round(sum(spans) / intervals, 4) if intervals else None,
+            "per_sampler": dict(zip(nodes, each))}
+
+
 def sink_values(outputs: dict) -> dict[str, Optional[float]]:
     vals: dict[str, Optional[float]] = {}
     for node in ("91", "92", "93"):
@@ -168,6 +84,11 @@ def sink_values(outputs: dict) -> dict[str, Optional[float]]:
 class HeadToHead:
     def __init__(self, args: argparse.Namespace) -> None:
         self.a = args
+        self.fam = family(args.family)
+        self.setup = SETUPS[self.fam.name]
+        for key in ("width", "height", "frames", "fps", "step_guess_s", "first_s"):
+            if getattr(args, key) is None:
+                setattr(args, key, self.setup[key])
         self.lg = legacy()
         self.deadline = Deadline(args.deadline_s)
         self.out = Path(args.out)
@@ -190,7 +111,7 @@ class HeadToHead:
         a = self.a
         tag = "" if take == 1 else f", take {take}"    # a new text: both encoders run again, loaders stay cached
         return {"prompt": PROMPT + tag, "negative": NEGATIVE + tag, "width": a.width, "height": a.height, "frames": a.frames,
-                "fps": 24, "steps": steps, "seed": a.seed + take}
+                "fps": a.fps, "steps": steps, "seed": a.seed + take}
 
     def start(self) -> None:
         env = {"VLLM_OMNI_LAUNCHER_DATA_DIR": str(self.data_dir)}
@@ -240,7 +161,7 @@ class HeadToHead:
         if status.get("status_str") == "error":
             result["error"] = [m for m in status.get("messages", []) if m[0] == "execution_error"]
         if side == "native":
-            result["sampler"] = sampler_steps(events, pid, KSAMPLER)
+            result["sampler"] = samplers_steps(events, pid, self.setup["samplers"])
         else:
             text = self.server_log_text()[log_before:]
             stages, mp4, post, e2e = stage_timings(text), mp4_encode_s(text), postprocess_s(text), engine_e2e_s(text)
@@ -282,20 +203,22 @@ class HeadToHead:
         a = self.a
         info: dict[str, Any] = {"nvml_mib_before": self.gpu.peak_mib(time.monotonic() - 0.5)}
         self.report["sides"][side] = info
-        template = self.lg.load_api(self.lg.T2V)
-        model = f"local/{a.model_folder}"
+        template = self.lg.load_api(self.setup["template"])
+        st = self.setup
+        model = f"local/{a.model_folder or self.fam.diffusers_folder}"
         variants = (a.native_variants if side == "native" else a.ours_variants).split(",")
 
         def build(variant: str, label: str, steps: int, take: int) -> dict:
             req = self.request(steps, take)
             if side == "native":
                 v = NATIVE_VARIANTS[variant]
-                prompt = native_prompt(req, weight_dtype=v.get("weight_dtype", a.weight_dtype),
-                                       easycache=v.get("easycache"))
+                prompt = st["native"](req, weight_dtype=v.get("weight_dtype", a.weight_dtype),
+                                      easycache=v.get("easycache"), cfg=st["cfg"], shift=st["shift"])
                 image = [DECODE, 0]
             else:
-                serving = dict(OURS_VARIANTS[variant], **(json.loads(a.serving) if a.serving else {}))
-                prompt = ours_prompt(template, model, req, serving=serving)
+                serving = dict(serving_of(variant), **(json.loads(a.serving) if a.serving else {}))
+                prompt = ours_prompt(template, model, req, serving=serving, guidance=st["cfg"], shift=st["shift"],
+                                     sampler=st["ours_sampler"], guidance_2=st["guidance_2"])
                 image = [self.lg.node_of(prompt, "VLLMOmniGenerateVideo"), 0]
             return sample_frames(prompt, image, f"bench/{a.tag}{side}-{label}", req["frames"])
 
@@ -306,7 +229,7 @@ class HeadToHead:
             runs += [(variant, f"{variant}-{s}", s, 3) for s in a.more_steps]
         per_step = None
         for variant, label, steps, take in runs:
-            fixed = 90.0 if label == "first" or (side == "ours" and label.endswith("warmup")) else 30.0
+            fixed = a.first_s if label == "first" or (side == "ours" and label.endswith("warmup")) else 30.0
             need = fixed + steps * (per_step or a.step_guess_s) + reserve_s
             if not self.deadline.fits(need):
                 info.setdefault("skipped", []).append(f"{label}: {self.deadline.left():.0f}s left, needs ~{need:.0f}s")
@@ -316,6 +239,8 @@ class HeadToHead:
                 r = self.run(side, label, steps, build(variant, label, steps, take),
                              timeout=self.deadline.left() - reserve_s)
                 r["variant"] = variant
+                r["pair"] = self.pair(side, variant, label, steps)
+                self.save()
             except Exception as exc:   # the report says what failed; the other side still runs
                 info.setdefault("errors", []).append(f"{label}: {type(exc).__name__}: {exc}"[:3000])
                 self.save()
@@ -328,6 +253,13 @@ class HeadToHead:
         info["psnr_db"] = self.drift(side, variants)
         info["release"] = self.free_native() if side == "native" else self.stop_ours()
         self.save()
+
+    def pair(self, side: str, variant: str, label: str, steps: int) -> str:
+        """The row of the combined table this run belongs to: the speed settings (default, or fast: our
+        `speed` fast levers against ComfyUI --fast), the run kind and steps; the same on both sides."""
+        fast = variant in FAST_VARIANTS if side == "ours" else "--fast" in self.a.comfy_arg
+        kind = "first" if label == "first" else "warmup" if label.endswith("warmup") else "warm"
+        return f"{'fast' if fast else 'default'} {kind} {steps} steps"
 
     def drift(self, side: str, variants: list[str]) -> dict[str, Any]:
         """PSNR of each variant's saved frames against the first variant's, per step count."""
@@ -366,33 +298,38 @@ class HeadToHead:
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("native", help="ComfyUI native Wan2.2 5B vs our template in one ComfyUI (issue 26 s1)")
+    p = sub.add_parser("native", help="ComfyUI native Wan2.2 vs our template in one ComfyUI (issue 26 s1)")
+    p.add_argument("--family", choices=sorted(FAMILIES), default="ti2v-5b", help="the graphs, files and defaults")
     p.add_argument("--comfy-dir", required=True)
     p.add_argument("--python", required=True, help="ComfyUI's python")
     p.add_argument("--base", required=True, help="ComfyUI --base-directory (models/ from `weights`)")
-    p.add_argument("--model-folder", default=weights.DIFFUSERS_FOLDER, help="our model under models/diffusers")
+    p.add_argument("--model-folder", help="our model under models/diffusers (default: the family's)")
     p.add_argument("--launcher-env", help="JSON: environment for ComfyUI (the launcher's local settings)")
     p.add_argument("--out", required=True)
     p.add_argument("--cpu", action="store_true", help="rehearsal: ComfyUI --cpu, no NVML")
     p.add_argument("--comfy-arg", action="append", default=[], help="one more ComfyUI flag (e.g. --fast)")
     p.add_argument("--sides", default="native,ours")
-    p.add_argument("--width", type=int, default=1280)
-    p.add_argument("--height", type=int, default=704)
-    p.add_argument("--frames", type=int, default=121)
+    p.add_argument("--width", type=int, help="default: the family's (TI2V-5B 1280, A14B 832)")
+    p.add_argument("--height", type=int, help="default: the family's (704, 480)")
+    p.add_argument("--frames", type=int, help="default: the family's (121, 81)")
+    p.add_argument("--fps", type=int, help="default: the family's (24, 16)")
+    p.add_argument("--first-s", type=float, help="seconds a first run (or our warm-up: a new server) takes beyond "
+                   "its steps (default: the family's)")
     p.add_argument("--steps", type=int, default=4, help="steps of the first and warm runs")
     p.add_argument("--more-steps", type=lambda s: [int(x) for x in s.split(",") if x], default=[20])
     p.add_argument("--seed", type=int, default=41)
     p.add_argument("--weight-dtype", default="default", help="UNETLoader weight_dtype where a variant sets none")
     p.add_argument("--native-variants", default="default", help=f"of {', '.join(NATIVE_VARIANTS)}; the first "
                    "is the PSNR reference")
-    p.add_argument("--ours-variants", default="eager", help=f"of {', '.join(OURS_VARIANTS)}; the first is the "
-                   "PSNR reference")
+    p.add_argument("--ours-variants", default="eager", help=f"of {', '.join([*AUTO_VARIANTS, *OURS_VARIANTS])}; "
+                   "the first is the PSNR reference")
     p.add_argument("--psnr-reference", help="the frames every variant is compared with, e.g. native-default (an "
                    "earlier ComfyUI of the same run); default: this side's first variant")
     p.add_argument("--reserve-s", type=float, default=200.0, help="seconds the first side leaves the second")
     p.add_argument("--tag", default="", help="prefix of the saved frames (two ComfyUI instances in one run)")
     p.add_argument("--serving", help="JSON: Serving Config overrides for our side")
-    p.add_argument("--step-guess-s", type=float, default=3.0, help="s/step assumed before one is measured")
+    p.add_argument("--step-guess-s", type=float, help="s/step assumed before one is measured (default: the "
+                   "family's)")
     p.add_argument("--detect", help="the `detect` phase's JSON, copied into the report")
     p.add_argument("--deadline-s", type=float, default=540.0)
     p.set_defaults(fn=lambda a: HeadToHead(a).main())

@@ -33,9 +33,11 @@ def side_figures(run: dict) -> dict[str, Optional[float]]:
             "host_ram_gib": ram.get("total_gib")}
 
 
-def head_to_head_table(report: dict) -> str:
-    runs = {(r["side"], r["run"]): r for r in report.get("runs", []) if r.get("status") == "success"}
-    labels = sorted({r for _, r in runs}, key=lambda x: (x != "first", x != "warm", x))
+def head_to_head_table(report: dict, key: str = "run") -> str:
+    """ours / native per run label (`key` "run"), or per `pair` (the combined table of several calls)."""
+    runs = {(r["side"], r[key]): r for r in report.get("runs", []) if r.get("status") == "success" and key in r}
+    labels = sorted({r for _, r in runs}, key=lambda x: (x != "first", x != "warm", x)) if key == "run" else \
+        sorted({r for _, r in runs}, key=_pair_order)
     rows = ["| run | figure | ComfyUI native | ours (vLLM-Omni) | ours / native |", "|---|---|---|---|---|"]
     for label in labels:
         nat, our = runs.get(("native", label)), runs.get(("ours", label))
@@ -46,6 +48,34 @@ def head_to_head_table(report: dict) -> str:
             r = _ratio(fo.get(key), fn.get(key))
             rows.append(f"| {label} | {name} | {_f(fn.get(key))} | {_f(fo.get(key))} | {_f(r)} |")
     return "\n".join(rows)
+
+
+def _pair_order(pair: str) -> tuple:
+    """default before fast, then first / warm / warmup, then steps (a pair: "default warm 20 steps")."""
+    speed, kind, steps, _ = pair.split(" ")
+    return speed != "default", ("first", "warm", "warmup").index(kind), int(steps)
+
+
+def combined(folder: Path) -> tuple[dict, list[str]]:
+    """Every head-to-head report under `folder` (one per device call: `--sides ours`, `--sides native`, ...)
+    as one report of paired runs, and a line per source (its card and ComfyUI flags)."""
+    runs, sources = [], []
+    for path in sorted(folder.rglob("report*.json")):
+        rep = json.loads(path.read_text())
+        args = rep.get("args", {})
+        sources.append(f"- `{path.relative_to(folder)}`: {rep.get('machine', {}).get('gpu', 'no GPU')}; family "
+                       f"{args.get('family', 'ti2v-5b')}; sides {args.get('sides')}; ComfyUI flags "
+                       f"{' '.join(args.get('comfy_arg') or []) or 'none'}")
+        runs += rep.get("runs", [])
+        sources += [f"  - our plan ({r['run']}): " + "; ".join(plan_lines(r)) for r in rep.get("runs", [])
+                    if plan_lines(r)]
+    return {"runs": runs}, sources
+
+
+def plan_lines(run: dict) -> list[str]:
+    """What the planner chose for our run (Local Server's text: the configuration and its command line)."""
+    text = (run.get("local_server_texts") or [""])[-1]
+    return [line.strip() for line in text.splitlines() if line.startswith(("Recommended:", "  vllm serve"))]
 
 
 def runs_table(report: dict) -> str:
@@ -109,6 +139,10 @@ def add_parser(sub: Any) -> None:
 
     def run(a: Any) -> int:
         folder = Path(a.folder)
+        paired, sources = combined(folder)
+        if any("pair" in r for r in paired["runs"]):
+            print("### combined: ours / native per pair of runs\n\n" + "\n".join(sources) + "\n\n"
+                  + head_to_head_table(paired, key="pair") + "\n")
         for pattern, fn in (("report.json", head_to_head_table), ("native-*.json", runs_table),
                             ("calibration.json", calibration_table), ("levers*.json", levers_table)):
             for path in sorted(folder.rglob(pattern)):

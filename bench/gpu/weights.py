@@ -27,34 +27,22 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-GIB = 1 << 30
-MANIFEST = Path(__file__).with_name("manifest_ti2v5b.json")
+from .families import GIB, MARGIN, SHM, TI2V_5B, Family, placement
+
 SHARD_BYTES = 5 * 10 ** 9                  # save_pretrained's max_shard_size="5GB"
-DTYPE_BYTES = {"bf16": 2, "fp32": 4, "u8": 1}
-# TI2V-5B sizes (Wan-AI/Wan2.2-TI2V-5B-Diffusers configs; the gpu kit's make_fullsize_ti2v.py uses the same).
-DIFFUSERS_TRANSFORMER = dict(patch_size=(1, 2, 2), num_attention_heads=24, attention_head_dim=128, in_channels=48,
-                             out_channels=48, text_dim=4096, freq_dim=256, ffn_dim=14336, num_layers=30,
-                             cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6, image_dim=None,
-                             added_kv_proj_dim=None, rope_max_seq_len=1024, pos_embed_seq_len=None)
+DTYPE_BYTES = {"bf16": 2, "fp32": 4, "u8": 1, "f8": 1}
 UMT5_SIZES = dict(vocab_size=256384, d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_decoder_layers=24,
                   num_heads=64)
-# What ComfyUI's model_detection derives from a Wan2.2 TI2V-5B file (head.modulation dim 3072, out 48).
-COMFY_WAN22_5B = dict(model_type="t2v", patch_size=(1, 2, 2), text_len=512, in_dim=48, dim=3072, ffn_dim=14336,
-                      freq_dim=256, text_dim=4096, out_dim=48, num_heads=24, num_layers=30, window_size=(-1, -1),
-                      qk_norm=True, cross_attn_norm=True, eps=1e-6, image_model="wan2.1")
-COMFY_WAN22_VAE = dict(dim=160, z_dim=48, dim_mult=[1, 2, 4, 4], num_res_blocks=2, attn_scales=[],
-                       temperal_downsample=[False, True, True], dropout=0.0)
-# File names under ComfyUI's model folders (what the native workflow's loaders name).
-COMFY_FILES = {"unet": ("diffusion_models", "wan2.2_ti2v_5B_random_bf16.safetensors"),
-               "te": ("text_encoders", "umt5_xxl_random_bf16.safetensors"),
-               "vae": ("vae", "wan2.2_vae_random.safetensors")}
-DIFFUSERS_FOLDER = "ti2v-5b-fullsize"
+# The TI2V-5B names of the first run (tests and old command lines read them here).
+MANIFEST, COMFY_FILES, DIFFUSERS_FOLDER = TI2V_5B.manifest, TI2V_5B.files, TI2V_5B.diffusers_folder
 SMALL_FILES = ("model_index.json", "scheduler/scheduler_config.json", "tokenizer/special_tokens_map.json",
                "tokenizer/spiece.model", "tokenizer/tokenizer.json", "tokenizer/tokenizer_config.json")
+FP8_MARKER = "scaled_fp8"       # ComfyUI's scaled-fp8 marker key (comfy/model_detection.py)
 
 
 def _dtype_name(dtype: Any) -> str:
-    return {"torch.bfloat16": "bf16", "torch.float32": "fp32", "torch.uint8": "u8"}[str(dtype)]
+    return {"torch.bfloat16": "bf16", "torch.float32": "fp32", "torch.uint8": "u8",
+            "torch.float8_e4m3fn": "f8"}[str(dtype)]
 
 
 def _tensors(state_dict: dict, names: Optional[Iterable[str]] = None, dtype: Optional[str] = None) -> list:
@@ -84,7 +72,7 @@ def _saved_tensors(full: Any, tiny: Any, tiny_file: Path, dtype: str) -> list:
     return _tensors(full.state_dict(), [k for k in full.state_dict() if k not in dropped], dtype)
 
 
-def manifest_diffusers(tiny: Path, full_size: bool = True) -> dict:
+def manifest_diffusers(tiny: Path, full_size: bool = True, fam: Family = TI2V_5B) -> dict:
     """The Diffusers side (server venv: diffusers + transformers): configs, tensors, the kit's small files.
     `full_size=False`: the tiny kit model's own sizes (the CPU rehearsal)."""
     import torch
@@ -98,9 +86,9 @@ def manifest_diffusers(tiny: Path, full_size: bool = True) -> dict:
         return {k: v for k, v in cfg.items() if not k.startswith("_")}
 
     tr_cfg = dict(config("transformer"), **{k: list(v) if isinstance(v, tuple) else v
-                                            for k, v in DIFFUSERS_TRANSFORMER.items()}) if full_size else \
+                                            for k, v in fam.transformer.items()}) if full_size else \
         dict(config("transformer"), text_dim=TINY_UMT5["d_model"])
-    vae_cfg = dict(config("vae"), base_dim=160, decoder_base_dim=256) if full_size else config("vae")
+    vae_cfg = dict(config("vae"), **fam.vae_full) if full_size else config("vae")
 
     def umt5(cfg: dict, sizes: dict) -> Any:
         cfg = {k: v for k, v in cfg.items() if k not in ("architectures", "transformers_version", "dtype")}
@@ -131,11 +119,12 @@ def manifest_diffusers(tiny: Path, full_size: bool = True) -> dict:
 # input width; the rehearsal's copy of ComfyUI carries these sizes as its umt5_config_xxl.json). ComfyUI
 # builds the VAE at fixed sizes, so it stays full size.
 TINY_UMT5 = dict(d_ff=64, d_kv=1, d_model=4096, num_heads=2, num_layers=24, num_decoder_layers=24, vocab_size=256)
-TINY_WAN22_5B = dict(COMFY_WAN22_5B, dim=128, ffn_dim=256, num_heads=1, num_layers=2)
 
 
-def manifest_comfy(comfy_dir: Path, full_size: bool = True) -> dict:
-    """The ComfyUI side (ComfyUI's python, its source on sys.path): ComfyUI's own classes on the meta device."""
+def manifest_comfy(comfy_dir: Path, full_size: bool = True, fam: Family = TI2V_5B) -> dict:
+    """The ComfyUI side (ComfyUI's python, its source on sys.path): ComfyUI's own classes on the meta device;
+    a scaled-fp8 family's diffusion model through ComfyUI's scaled-fp8 operations (its Linear weights fp8
+    with their `scale_weight`), plus the marker ComfyUI's own save writes."""
     import sys
 
     import torch
@@ -145,28 +134,43 @@ def manifest_comfy(comfy_dir: Path, full_size: bool = True) -> dict:
     import comfy.options
 
     comfy.options.enable_args_parsing()
+    import importlib
+
     import comfy.ldm.wan.model
-    import comfy.ldm.wan.vae2_2
     import comfy.ops
     import comfy.text_encoders.t5
 
     ops = comfy.ops.disable_weight_init
-    unet = comfy.ldm.wan.model.WanModel(**(COMFY_WAN22_5B if full_size else TINY_WAN22_5B), device="meta",
-                                        dtype=torch.bfloat16, operations=ops)
+    # scale_input too: what ComfyUI's own save of an empty-marker model holds (its loader expects it)
+    unet_ops = comfy.ops.scaled_fp8_ops(scale_input=True, override_dtype=torch.float8_e4m3fn) if fam.scaled_fp8 \
+        else ops
+    unet = comfy.ldm.wan.model.WanModel(**(fam.comfy_unet if full_size else fam.comfy_unet_tiny), device="meta",
+                                        dtype=torch.bfloat16, operations=unet_ops)
     t5cfg = json.loads((comfy_dir / "comfy/text_encoders/umt5_config_xxl.json").read_text())
     if not full_size:
         t5cfg.update(TINY_UMT5)
     te = comfy.text_encoders.t5.T5(t5cfg, torch.bfloat16, "meta", ops)
+    module, vae_kwargs = fam.comfy_vae
     with torch.device("meta"):
-        vae = comfy.ldm.wan.vae2_2.WanVAE(**COMFY_WAN22_VAE)
-    return {"unet": _tensors(unet.state_dict()), "te": _tensors(te.state_dict(), dtype="bf16"),
+        vae = importlib.import_module(f"comfy.ldm.wan.{module}").WanVAE(**vae_kwargs)
+    unet_tensors = _tensors(unet.state_dict())
+    if fam.scaled_fp8:      # fp8 weights only: scale_weight float32, biases bf16 (ComfyUI casts them to the
+        # compute dtype on use); the marker's length is set at build
+        scaled = {k.removesuffix("scale_weight") for k, _, _ in unet_tensors if k.endswith(".scale_weight")}
+        unet_tensors = [[k, s, "fp32" if k.endswith((".scale_weight", ".scale_input")) else
+                         "bf16" if k.endswith(".bias") and k.removesuffix("bias") in scaled else d]
+                        for k, s, d in unet_tensors]
+        unet_tensors.append([FP8_MARKER, [0], "f8"])
+    return {"unet": unet_tensors, "te": _tensors(te.state_dict(), dtype="bf16"),
             "vae": _tensors(vae.state_dict(), dtype="bf16")}
 
 
-def write_manifest(side: str, source: Path, out: Path, full_size: bool = True) -> dict:
+def write_manifest(side: str, source: Path, out: Path, full_size: bool = True, fam: Family = TI2V_5B) -> dict:
     """Add one side to the manifest file (the other side, if there, is kept)."""
     doc = json.loads(out.read_text()) if out.is_file() else {}
-    doc[side] = manifest_diffusers(source, full_size) if side == "diffusers" else manifest_comfy(source, full_size)
+    doc[side] = (manifest_diffusers(source, full_size, fam) if side == "diffusers"
+                 else manifest_comfy(source, full_size, fam))
+    doc["family"] = fam.name
     if "diffusers" in doc and "comfy" in doc:
         check_shared_text_encoder(doc)
     out.write_text(json.dumps(doc, separators=(",", ":")))
@@ -187,6 +191,8 @@ def init_kind(name: str, shape: list[int]) -> tuple[str, float]:
     """How a tensor is filled: ("ones"|"zeros"|"normal", std). Norm scales 1, biases 0, the rest
     N(0, 1/fan_in) so activations stay O(1) through 30-40 layers (no inf/NaN in bf16)."""
     leaf = name.rsplit(".", 1)[-1]
+    if leaf == "scale_input":       # scaled fp8: activations stay O(1), so no input scaling
+        return "ones", 0.0
     is_norm = "norm" in name.lower() and leaf in ("weight", "gamma", "scale")
     if is_norm or leaf == "gamma":
         return "ones", 0.0
@@ -217,7 +223,9 @@ def shard(tensors: list, limit: int = SHARD_BYTES) -> list[list]:
 
 
 class Filler:
-    """Seeded random tensors, made on the GPU when there is one (5 B values in a second, not a minute)."""
+    """Seeded random tensors, made on the GPU when there is one (5 B values in a second, not a minute).
+    Scaled fp8 (ComfyUI's layout): the fp8 weight holds N(0, 1) and its `scale_weight` the std `init_kind`
+    gives the weight, so weight * scale_weight is the same distribution as a bf16 file's."""
 
     def __init__(self, seed: int) -> None:
         import torch
@@ -226,16 +234,20 @@ class Filler:
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
 
-    def make(self, name: str, shape: list[int], dtype: str) -> Any:
+    def make(self, name: str, shape: list[int], dtype: str, shapes: Optional[dict] = None) -> Any:
         t = self.torch
-        tdtype = {"bf16": t.bfloat16, "fp32": t.float32, "u8": t.uint8}[dtype]
+        tdtype = {"bf16": t.bfloat16, "fp32": t.float32, "u8": t.uint8, "f8": t.float8_e4m3fn}[dtype]
+        if name.endswith(".scale_weight") and shapes is not None:
+            weight = name.removesuffix("scale_weight") + "weight"
+            return t.full(shape, init_kind(weight, shapes[weight])[1], dtype=tdtype)
         kind, std = init_kind(name, shape)
         if kind == "ones":
             x = t.ones(shape, dtype=tdtype)
-        elif kind == "zeros":
+        elif kind == "zeros" or name == FP8_MARKER:
             x = t.zeros(shape, dtype=tdtype)
         else:
-            x = (t.randn(shape, generator=self.gen, device=self.device, dtype=t.float32) * std).to(tdtype).cpu()
+            x = t.randn(shape, generator=self.gen, device=self.device, dtype=t.float32)
+            x = (x.clamp_(-448.0, 448.0) if dtype == "f8" else x * std).to(tdtype).cpu()
         return x.contiguous()
 
 
@@ -249,7 +261,8 @@ def _save(tensors: dict, path: Path, metadata: Optional[dict] = None) -> None:
 
 
 def _write_file(filler: Filler, tensors: list, path: Path, extra: Optional[dict] = None) -> int:
-    data = {k: filler.make(k, s, d) for k, s, d in tensors}
+    shapes = {k: s for k, s, _ in tensors}
+    data = {k: filler.make(k, s, d, shapes) for k, s, d in tensors}
     data.update(extra or {})
     _save(data, path)
     return sum(v.numel() * v.element_size() for v in data.values())
@@ -270,18 +283,68 @@ def _write_sharded(filler: Filler, tensors: list, folder: Path, stem: str, limit
     return total
 
 
-def build(manifest: dict, base: Path, seed: int = 0, shard_bytes: int = SHARD_BYTES,
-          log: Any = print) -> dict:
+def disk_plan(manifest: dict, fam: Family, base: Path, shm: Path, reserve: int = 0) -> dict:
+    """What `build` writes where, against the free space of each filesystem (hard links and the
+    second expert count once); `reserve` bytes of the disk stay free for what arrives later (the kit)."""
+    import shutil
+
+    d, c = manifest["diffusers"], manifest["comfy"]
+    sizes = {"unet": nbytes(c["unet"]), "te": nbytes(c["te"]), "vae": nbytes(c["vae"]),
+             "transformer": nbytes(d["transformer"]["tensors"]), "diffusers_vae": nbytes(d["vae"]["tensors"])}
+    plan = placement(fam, sizes)
+    base.mkdir(parents=True, exist_ok=True)
+    plan["disk_free_bytes"] = shutil.disk_usage(base).free
+    plan["shm_free_bytes"] = shutil.disk_usage(shm).free if fam.shm else None
+    plan["gib"] = {k: round(v / GIB, 2) for k, v in sizes.items()}
+    short = []
+    if plan["disk_bytes"] + MARGIN + reserve > plan["disk_free_bytes"]:
+        short.append(f"{base}: needs {plan['disk_bytes'] / GIB:.1f} GiB + {MARGIN / GIB:.0f} GiB margin + "
+                     f"{reserve / GIB:.0f} GiB kept for the kit and venvs, "
+                     f"{plan['disk_free_bytes'] / GIB:.1f} GiB free")
+    if fam.shm and plan["shm_bytes"] + MARGIN > plan["shm_free_bytes"]:
+        short.append(f"{shm}: needs {plan['shm_bytes'] / GIB:.1f} GiB + {MARGIN / GIB:.0f} GiB margin, "
+                     f"{plan['shm_free_bytes'] / GIB:.1f} GiB free")
+    plan["short"] = short
+    return plan
+
+
+def _place(path: Path, names: tuple[str, ...], into: Path) -> None:
+    """`path` also under each of `names` (hard links beside it), and every name visible in `into`
+    (symbolic links where `path` lives elsewhere, e.g. /dev/shm)."""
+    for name in names:
+        alias = path.with_name(name)
+        if alias.exists():
+            alias.unlink()
+        os.link(path, alias)
+    if path.parent.resolve() != into.resolve():
+        into.mkdir(parents=True, exist_ok=True)
+        for name in (path.name, *names):
+            link = into / name
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            link.symlink_to(path.with_name(name))
+
+
+def build(manifest: dict, base: Path, seed: int = 0, shard_bytes: int = SHARD_BYTES, log: Any = print,
+          fam: Family = TI2V_5B, shm: Path = SHM, fp8_marker_elements: int = 0, reserve: int = 0) -> dict:
     """Write `base/models/{diffusion_models,text_encoders,vae}/...` (ComfyUI) and
-    `base/models/diffusers/<DIFFUSERS_FOLDER>/` (ours), the text encoder once (hard link)."""
+    `base/models/diffusers/<family folder>/` (ours), the text encoder once (hard link); the family's `shm`
+    files under `shm` (linked into models/). Stops before writing anything when a filesystem lacks room."""
     import torch
 
+    plan = disk_plan(manifest, fam, base, shm, reserve)
+    log("weights: plan " + json.dumps({k: v for k, v in plan.items() if k != "short"}))
+    if plan["short"]:
+        raise SystemExit("weights: not enough room, nothing written: " + "; ".join(plan["short"]) +
+                         ". Free space there (an earlier family's weights under models/), or place files "
+                         "elsewhere (--shm DIR)")
     t0 = time.monotonic()
     filler = Filler(seed)
     models = base / "models"
     d, c = manifest["diffusers"], manifest["comfy"]
-    out = models / "diffusers" / DIFFUSERS_FOLDER
-    report: dict[str, Any] = {"device": filler.device, "files": {}}
+    out = models / "diffusers" / fam.diffusers_folder
+    report: dict[str, Any] = {"family": fam.name, "device": filler.device, "files": {}, "plan": plan["gib"],
+                              "disk_free_gib_before": round(plan["disk_free_bytes"] / GIB, 1)}
 
     def done(what: str, size: int) -> None:
         report["files"][what] = round(size / GIB, 3)
@@ -295,8 +358,7 @@ def build(manifest: dict, base: Path, seed: int = 0, shard_bytes: int = SHARD_BY
         (out / comp).mkdir(parents=True, exist_ok=True)
         (out / comp / "config.json").write_text(json.dumps(d[comp]["config"], indent=1))
     spiece = (out / "tokenizer/spiece.model").read_bytes()
-    te_dir, te_name = COMFY_FILES["te"]
-    te_path = models / te_dir / te_name
+    te_path = fam.comfy_path(models, "te")
     size = _write_file(filler, c["te"], te_path,
                        {"spiece_model": torch.frombuffer(bytearray(spiece), dtype=torch.uint8).clone()})
     done("comfy text encoder (shared)", size)
@@ -305,63 +367,24 @@ def build(manifest: dict, base: Path, seed: int = 0, shard_bytes: int = SHARD_BY
         link.unlink()
     os.link(te_path, link)
     for key in ("unet", "vae"):
-        sub, name = COMFY_FILES[key]
-        done(f"comfy {key}", _write_file(filler, c[key], models / sub / name))
+        tensors = [[k, [fp8_marker_elements] if k == FP8_MARKER else s, dt] for k, s, dt in c[key]]
+        sub, name = fam.files[key]
+        place = shm / "vllm-omni-bench" / sub if key in fam.shm else models / sub
+        done(f"comfy {key}{' (in ' + str(place) + ')' if key in fam.shm else ''}",
+             _write_file(filler, tensors, place / name))
+        _place(place / name, fam.unet_aliases if key == "unet" else (), models / sub)
     done("diffusers transformer", _write_sharded(filler, d["transformer"]["tensors"], out / "transformer",
                                                  "diffusion_pytorch_model", shard_bytes))
+    if fam.experts == 2:    # the second expert: the same files again, hard-linked (one copy on disk)
+        second = out / "transformer_2"
+        second.mkdir(parents=True, exist_ok=True)
+        for f in (out / "transformer").iterdir():
+            if (second / f.name).exists():
+                (second / f.name).unlink()
+            os.link(f, second / f.name)
+        log("weights: transformer_2 hard-links transformer")
     done("diffusers vae", _write_sharded(filler, d["vae"]["tensors"], out / "vae", "diffusion_pytorch_model",
                                          shard_bytes))
     (out / ".built").write_text(json.dumps(report))
     report["seconds"] = round(time.monotonic() - t0, 1)
     return report
-
-
-# ----------------------------------------------------------------------------- detection (ComfyUI's python)
-def _meta_state_dict(path: Path) -> dict:
-    """Tensor names and shapes of a safetensors file as meta tensors (no data read)."""
-    import torch
-    from safetensors import safe_open
-
-    dtypes = {"BF16": torch.bfloat16, "F32": torch.float32, "F16": torch.float16, "U8": torch.uint8}
-    out = {}
-    with safe_open(str(path), "pt") as f:
-        for k in f.keys():
-            sl = f.get_slice(k)
-            out[k] = torch.empty(sl.get_shape(), dtype=dtypes.get(sl.get_dtype(), torch.float32), device="meta")
-    return out
-
-
-def detect(base: Path, comfy_dir: Path, cpu: bool = False) -> dict:
-    """What ComfyUI makes of each single file: the model class model_detection picks for the diffusion
-    model, the text-encoder type and dtype for the UMT5 file, the VAE kind comfy.sd.VAE's rules pick."""
-    import sys
-
-    sys.path.insert(0, str(comfy_dir))
-    sys.argv = [sys.argv[0], *(["--cpu"] if cpu else [])]   # ComfyUI parses its own flags on import
-    import comfy.options
-
-    comfy.options.enable_args_parsing()
-    import comfy.model_detection
-    import comfy.sd
-    import comfy.text_encoders.sd3_clip
-
-    models = base / "models"
-    result: dict[str, Any] = {}
-    unet = _meta_state_dict(models.joinpath(*COMFY_FILES["unet"]))
-    cfg = comfy.model_detection.model_config_from_unet(unet, "")
-    result["unet"] = {"class": type(cfg).__name__ if cfg else None,
-                      "unet_config": {k: v for k, v in (cfg.unet_config if cfg else {}).items()
-                                      if isinstance(v, (int, float, str, bool))},
-                      "latent_channels": getattr(getattr(cfg, "latent_format", None), "latent_channels", None)}
-    te = _meta_state_dict(models.joinpath(*COMFY_FILES["te"]))
-    result["te"] = {"model": str(comfy.sd.detect_te_model(te)),
-                    "t5_detect": {k: str(v) for k, v in comfy.text_encoders.sd3_clip.t5_xxl_detect(te).items()},
-                    "spiece_model": "spiece_model" in te}
-    import comfy.utils
-
-    vae = comfy.sd.VAE(sd=comfy.utils.load_torch_file(str(models.joinpath(*COMFY_FILES["vae"]))))
-    result["vae"] = {"class": f"{type(vae.first_stage_model).__module__}.{type(vae.first_stage_model).__name__}",
-                     "latent_channels": vae.latent_channels}
-    result["ok"] = (result["unet"]["class"] == "WAN22_T2V" and result["te"]["model"].endswith("T5_XXL")
-                    and result["vae"]["class"].startswith("comfy.ldm.wan.vae2_2") and vae.latent_channels == 48)
-    return result

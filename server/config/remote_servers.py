@@ -5,14 +5,15 @@ server the local configuration names with that key, compared by ORIGIN (client/o
 what an origin is and why not a prefix). There is no "any URL" key: "*" is refused, and the
 environment's key applies only to the URL set beside it. This module reads the three ways of
 naming them (`remote_servers`, the older `remote_api_keys` by origin, and the two variables) into
-one map by name, and refuses two entries for one origin with different keys.
+one map by name, and refuses two entries for one origin with different keys. Remote Server's list, its
+cache identity and the server a node or handle reaches (`remote_target`) read that map here too.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Protocol
 
 from ...client.origins import origin
 from ...errors import LauncherError
@@ -22,6 +23,7 @@ from .config_values import did_you_mean, env_error, file_error, shown
 ENV_SERVER_NAME = "env"            # the remote server the two variables above describe
 LEGACY_KEYS_KEY = "remote_api_keys"
 ENTRY_KEYS = ("url", "api_key", "api_key_env")
+USE_URL = "(use url)"              # Remote Server: no configured server picked, the url widget applies
 
 
 @dataclass(frozen=True, repr=False)
@@ -134,3 +136,53 @@ def _refuse_conflicts(servers: Mapping[str, RemoteServer]) -> None:
                 "different keys", "the launcher cannot tell which key that server expects",
                 f"keep one entry per origin ({'remote_servers'}, {LEGACY_KEYS_KEY} and {REMOTE_URL_VAR})",
                 setting="remote_servers", kind="config")
+
+
+# ----------------------------------------------------------------------------- Remote Server's choice
+class RemoteConfig(Protocol):
+    """What the choice below reads of the local config (local_config.LocalConfig, which imports this module)."""
+
+    @property
+    def remote_servers(self) -> Mapping[str, RemoteServer]: ...
+
+    def api_key_for(self, url: str) -> Optional[str]: ...
+
+
+def remote_choices(load: Callable[[], RemoteConfig]) -> list[str]:
+    """Remote Server's list: 'use the url', then the servers the config (read by `load`) names."""
+    try:
+        names = sorted(load().remote_servers)
+    except LauncherError:
+        names = []          # a broken config is reported when the node runs, not by hiding the node
+    return [USE_URL, *names]
+
+
+def remote_identity(load: Callable[[], RemoteConfig], url: str, remote_name: str) -> str:
+    """What a Remote Server node stands for: the configured URL of a named server, else the url
+    widget (fingerprint_inputs: editing the config's URL for a name re-runs the node). Never raises."""
+    if remote_name and remote_name != USE_URL:
+        try:
+            server = load().remote_servers.get(remote_name)
+        except LauncherError:
+            server = None
+        return f"{remote_name}={server.url if server is not None else ''}"
+    return url.strip()
+
+
+def remote_target(config: RemoteConfig, url: str, remote_name: str) -> tuple[str, str, Optional[str]]:
+    """(configured name or "", base URL, key). A typed URL gets a key only when the local
+    config names its origin; a configured name brings its own URL and key."""
+    if remote_name and remote_name != USE_URL:
+        server = config.remote_servers.get(remote_name)
+        if server is None:
+            raise LauncherError(
+                f"Remote server '{remote_name}' is not configured on this machine",
+                "Remote Server lists the servers named in this machine's launcher config (remote_servers)",
+                f"add '{remote_name}' to remote_servers in vllm_omni_launcher.json, or pick "
+                f"'{USE_URL}' and type the server's URL", setting="remote_server")
+        return remote_name, server.url.rstrip("/"), server.api_key
+    base = url.strip().rstrip("/")
+    if base.endswith("/v1"):
+        base = base[:-3]
+    origin(base)            # refuses anything that is not an http(s) URL with a host, naming the widget
+    return "", base, config.api_key_for(base)

@@ -8,7 +8,10 @@ took", "Model loading took X GiB", the warm-up "dummy run", then "Starting vLLM 
 "Available routes are", uvicorn's "Application startup complete") and the rank-0 tqdm bar
 of the denoise loop, which redraws itself with carriage returns
 (`\\r 25%|██▌       | 1/4 [00:00<00:01,  1.56it/s]`). log_follower.py splits the file on
-both `\\r` and `\\n`; every segment is offered to the parsers here.
+both `\\r` and `\\n`; every segment is offered to the parsers here. After a job's last
+denoise step the server decodes, postprocesses and encodes for seconds, then logs that it
+stored the MP4 ("Video request ID persisted KEY output file.") just before the job's status
+turns completed: the client's fast-poll hint (client/poll_window.Hint) reads both.
 
 The log is untrusted text: every segment is stripped of terminal escapes and control
 characters (redact.strip_control) before it is parsed or shown.
@@ -21,6 +24,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
+from ...client.poll_window import Hint
 from ...errors import failure_patterns
 from ...errors.redact import strip_control
 
@@ -66,6 +70,11 @@ _SCALE = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 # The denoise bar has no description: "  0%|          | 0/4 [00:00<?, ?it/s]".
 _BAR = re.compile(r"^(?P<pct>\d{1,3})%\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+)\s*"
                   r"\[(?P<elapsed>[\d:]+)<(?P<remaining>[\d:?]+),\s*(?P<rate>[\d.?]+)\s*(?P<unit>s/it|it/s)[^\]]*\]")
+# The video API stored a job's MP4; the job's status turns completed right after (the same coroutine, no
+# wait between: vLLM-Omni 0.30 entrypoints/openai/video/generation/helpers.py, 0.26 entrypoints/openai/
+# api_server.py, `_run_video_generation_job`). The latest line before completion in both; searched, not
+# matched, since it can follow a tqdm redraw in the same segment.
+_STORED = re.compile(r"Video request \S{1,256} persisted \S{1,256} output file\.")
 
 
 def clean(segment: str) -> str:
@@ -206,15 +215,33 @@ class DenoiseProgress:
     started_at: float
     done: bool = False           # reached total
     aborted: bool = False        # ended by an error (e.g. out of memory) or a restart
+    stored: bool = False         # after it was done, the server logged storing a job's MP4
 
     @property
     def fraction(self) -> float:
         return self.step / self.total if self.total else 0.0
 
-    def denoised_after(self, run_floor: int) -> bool:
-        """This is a run newer than `run_floor` and it reached its last step: its job is in
-        the VAE decode and MP4 encode, about to complete (the client polls faster then)."""
-        return self.run_id > run_floor and self.done
+    def hint_after(self, run_floor: int) -> Hint:
+        """The fast-poll hint (client/poll_window.Hint) for a job whose runs are newer than `run_floor`:
+        STORED once the server logged storing the MP4 after this run (completion is next), DENOISED once
+        the run reached its last step (VAE decode and MP4 encode follow), else NONE."""
+        if self.run_id <= run_floor or not self.done:
+            return Hint.NONE
+        return Hint.STORED if self.stored else Hint.DENOISED
+
+
+
+def fast_poll_hint(progress: Callable[[], Optional[DenoiseProgress]]) -> tuple[int, Callable[[], Hint]]:
+    """For a job about to be submitted: the newest denoise run before it (`run_floor`: runs up to it are
+    earlier jobs') and the client's `due` hint for it (client/poll_window.Hint), read from `progress`
+    (the supervisor's tracker) each time the client asks. The node and the CLI both take it from here."""
+    last = progress()
+    floor = last.run_id if last is not None else -1
+
+    def due() -> Hint:
+        now = progress()
+        return now.hint_after(floor) if now is not None else Hint.NONE
+    return floor, due
 
 
 class ProgressTracker:
@@ -232,7 +259,7 @@ class ProgressTracker:
         self._current: Optional[DenoiseProgress] = None
         self._server_up = False
         self._in_warmup = False
-        self._last_seen = 0.0   # last time a job bar was seen (activity for keep-alive)
+        self._last_seen = 0.0   # last time a job bar or stored line was seen (activity for keep-alive)
 
     # lifecycle hooks ---------------------------------------------------------------
     def new_launch(self) -> None:
@@ -254,50 +281,66 @@ class ProgressTracker:
 
     # parsing -------------------------------------------------------------------------
     def feed(self, segment: str) -> bool:
-        """Offer one log segment; True when it updated job progress."""
+        """Offer one log segment; True when it updated job progress (a bar, or the MP4 stored after a run).
+        The bar is read first: a stored line glued after a new run's first redraw is an earlier run's."""
         line = strip_prefix(segment)
         with self._lock:
-            if _WARMUP_START.search(line):
-                self._in_warmup = True
-                return False
-            if _SERVER_UP.search(line):
-                self._server_up = True
+            changed = self._feed_bar(line)
+            return (_STORED.search(line) is not None and self._mark_stored()) or changed
+
+    def _feed_bar(self, line: str) -> bool:
+        """The denoise bar (and the lines that tell warm-up from jobs) in `line`; the caller holds the lock."""
+        if _WARMUP_START.search(line):
+            self._in_warmup = True
+            return False
+        if _SERVER_UP.search(line):
+            self._server_up = True
+            self._in_warmup = False
+            return False
+        bar = parse_bar(line)
+        if bar is None:
+            return False
+        if self._in_warmup or not self._server_up:
+            if bar.total and bar.step >= bar.total:
                 self._in_warmup = False
-                return False
-            bar = parse_bar(line)
-            if bar is None:
-                return False
-            if self._in_warmup or not self._server_up:
-                if bar.total and bar.step >= bar.total:
-                    self._in_warmup = False
-                return False
-            now = self._clock()
-            cur = self._current
-            # A new run: another total, a step going back, or 0/N after progress. A second 0/N
-            # while the run is still at 0/N is the same redraw seen twice (early, unterminated,
-            # then complete).
-            new_run = (cur is None or bar.total != cur.total or bar.step < cur.step
-                       or (bar.step == 0 and cur.step > 0))
-            if not new_run and cur is not None and (cur.done or cur.aborted):
-                # tqdm's closing redraw of a finished run, or a cancelled/failed run that the
-                # GPU is still finishing (upstream cannot interrupt a Wan denoise)
-                return False
-            if new_run:
-                run_id = self._next_run
-                self._next_run += 1
-                started = now
-            else:
-                run_id, started = cur.run_id, cur.started_at
-            eta = None
-            if bar.seconds_per_step is not None:
-                eta = max(0, bar.total - bar.step) * bar.seconds_per_step
-            elif bar.remaining_s is not None:
-                eta = bar.remaining_s
-            done = bar.total > 0 and bar.step >= bar.total
-            self._current = DenoiseProgress(run_id, bar.step, bar.total, bar.seconds_per_step,
-                                            0.0 if done else eta, now, started, done=done)
-            self._last_seen = now
-            return True
+            return False
+        now = self._clock()
+        cur = self._current
+        # A new run: another total, a step going back, or 0/N after progress. A second 0/N
+        # while the run is still at 0/N is the same redraw seen twice (early, unterminated,
+        # then complete).
+        new_run = (cur is None or bar.total != cur.total or bar.step < cur.step
+                   or (bar.step == 0 and cur.step > 0))
+        if not new_run and cur is not None and (cur.done or cur.aborted):
+            # tqdm's closing redraw of a finished run, or a cancelled/failed run that the
+            # GPU is still finishing (upstream cannot interrupt a Wan denoise)
+            return False
+        if new_run:
+            run_id = self._next_run
+            self._next_run += 1
+            started = now
+        else:
+            run_id, started = cur.run_id, cur.started_at
+        eta = None
+        if bar.seconds_per_step is not None:
+            eta = max(0, bar.total - bar.step) * bar.seconds_per_step
+        elif bar.remaining_s is not None:
+            eta = bar.remaining_s
+        done = bar.total > 0 and bar.step >= bar.total
+        self._current = DenoiseProgress(run_id, bar.step, bar.total, bar.seconds_per_step,
+                                        0.0 if done else eta, now, started, done=done)
+        self._last_seen = now
+        return True
+
+    def _mark_stored(self) -> bool:
+        """The server stored a job's MP4: the finished run's job completes next. Only a run that reached
+        its last step takes it, once (a repeated line changes nothing); the caller holds the lock."""
+        cur = self._current
+        if cur is None or not cur.done or cur.stored:
+            return False
+        self._current = replace(cur, stored=True)
+        self._last_seen = self._clock()
+        return True
 
     def current(self) -> Optional[DenoiseProgress]:
         with self._lock:

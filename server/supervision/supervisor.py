@@ -179,6 +179,10 @@ class Supervisor:
         """The current (or last) job's denoise progress; None before the first job."""
         return self._progress.current()
 
+    def job_hint(self) -> tuple[int, Callable[[], int]]:
+        """The next job's run floor and fast-poll hint from this server's log (logwatch.fast_poll_hint)."""
+        return logwatch.fast_poll_hint(self.progress)
+
     def mark_job_activity(self) -> None:
         """A job is being submitted or polled: the keep-alive idle clock restarts."""
         self._idle.touch()

@@ -65,7 +65,7 @@ def check_registration(comfy: ComfyUI) -> dict:
     assert info["display_name"] == "vLLM-Omni Generate Batch" and info["category"] == "vLLM-Omni"
     assert info["output"] == ["IMAGE", "FLOAT", "VIDEO", "STRING"], info["output"]
     assert info["output_is_list"] == [False, False, True, False], info["output_is_list"]
-    ours = [(name, section) for name, _, section in rr.tw.node_defs()[BATCH].inputs]
+    ours = [(name, section) for name, _, section in rr.wf.node_defs()[BATCH].inputs]
     real = [(name, section) for section in ("required", "optional") for name in info["input_order"].get(section, [])]
     assert ours == real, f"input order {real} != {ours}"
     return {"outputs": info["output"], "output_is_list": info["output_is_list"]}

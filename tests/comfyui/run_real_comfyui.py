@@ -13,7 +13,7 @@ What it does (each step raises AssertionError with the reason when something is 
    ``VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB=24``, the GPU the TI2V template is written for).
 2. Registration: ``/object_info`` has our nodes (``comfy_harness.OUR_NODES``) from
    ``custom_nodes.vllm_omni_launcher``, the log has no import failure of the pack, the core nodes the templates use match
-   ``tests/unit/test_workflows.py``'s description of them, and ``/workflow_templates`` lists
+   ``tests/helpers/workflow_defs.py``'s description of them, and ``/workflow_templates`` lists
    exactly the shipped templates (not the API twins).
 3. A real run: POSTs the TI2V text-to-video API twin (64x64, 5 frames, 2 steps) to ``/prompt``,
    waits for ``/history``, finds the MP4 that SaveVideo wrote in the output folder, fetches it
@@ -49,7 +49,7 @@ check, from startup on: offline it fails to reach the internet and to load optio
 fresh user folder (failed resources), and front end 1.27.10 throws one page error at startup even
 with no custom node at all (``FRONTEND_OWN_ERRORS`` says what it is; the report lists it under
 ``frontend_own_errors``). A page error is the front end's only when it is one of those, thrown in
-its own bundle; see ``_new_errors``.
+its own bundle; see ``browser_checks._new_errors``.
 
 Generate Batch (a batch run and Cancel of all its jobs) has its own script, ``run_batch_comfyui.py``.
 
@@ -75,12 +75,10 @@ from typing import Any, Optional
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "contract"))
-sys.path.insert(0, str(HERE.parent / "unit"))
+sys.path.insert(0, str(HERE.parent / "helpers"))
 
-from comfy_harness import (  # noqa: E402
-    OUR_NODES, PACK_NAME, REPO, WORKFLOWS, ComfyUI, LOAD_AND_INSPECT_JS, browser_page, close_dialogs,
-    comfyui_version, pack_import_problems, put_media_inputs, save_png,
-)
+from comfy_harness import (OUR_NODES, PACK_NAME, REPO, WORKFLOWS, ComfyUI, comfyui_version,  # noqa: E402
+                           pack_import_problems)
 
 try:   # the unit tests' description of the templates and core nodes needs the package importable
     import vllm_omni_launcher  # noqa: F401
@@ -90,29 +88,15 @@ except ImportError:            # not pip-installed: import this checkout under t
     sys.path.insert(0, str(_alias))
 
 import behaviour_checks as bc  # noqa: E402
-import test_workflows as tw  # noqa: E402
+import node_display_checks as shown  # noqa: E402
+import workflow_defs as wf  # noqa: E402
+from browser_checks import check_templates_in_browser  # noqa: E402
 
-EXPECTED_TEMPLATES = tw.EXPECTED_TEMPLATES
+EXPECTED_TEMPLATES = wf.EXPECTED_TEMPLATES
 
 TEMPLATE = bc.TI2V_TEMPLATE
 TINY = bc.TINY
 LAUNCHER_DATA = "launcher-data"   # under the work folder: the launcher's logs, state and job storage
-# The stock front end logs errors of its own in an offline sandbox (no internet, no
-# ComfyUI-Manager, a fresh user folder). Those are not ours: an error counts when it is a page
-# error or a console error other than a failed resource, or a failed response for something
-# the pack serves or a template needs (its templates and thumbnails, /view of its input image).
-OURS_IN_URL = (f"/workflow_templates/{PACK_NAME}/", "/api/workflow_templates", "/view?", "/object_info")
-# Page errors of the stock front end's own code, identified one by one (they happen with no custom
-# node at all): (message, a function of the front end's bundle in its stack) -> what it is. Any other
-# page error counts as ours, so a new one fails the check until someone has looked at it.
-FRONTEND_OWN_ERRORS = {
-    ("Cannot read properties of undefined (reading 'id')", "addSetting"): (
-        "ComfyUI front end 1.27.10 at startup on a fresh user folder: registering its core settings runs "
-        "Comfy.Canvas.NavigationMode's onChange, which sets Comfy.Canvas.LeftMouseClickBehavior before that "
-        "setting is registered; the setting store's onChange then reads .id of undefined"),
-}
-
-
 def launcher_env(work: Path, step_s: float = 0.05, load_delay_s: float = 0.0) -> dict[str, str]:
     """The local configuration that points the launcher at the stub server (never the workflow).
 
@@ -135,10 +119,6 @@ def launcher_env(work: Path, step_s: float = 0.05, load_delay_s: float = 0.0) ->
     return env
 
 
-def load_json(path: Path) -> Any:
-    return json.loads(path.read_text())
-
-
 # --------------------------------------------------------------------------- 2. registration
 def check_registration(comfy: ComfyUI) -> dict:
     info = comfy.get("/object_info")
@@ -155,15 +135,15 @@ def check_registration(comfy: ComfyUI) -> dict:
     assert f"custom_nodes/{PACK_NAME}" in comfy.log(), "the pack is not in ComfyUI's import-times list"
 
     # What ComfyUI tells the front end about our widgets = what the unit tests assume.
-    defs = tw.node_defs()
+    defs = wf.node_defs()
     for node in OUR_NODES:
         ours = [(name, section) for name, _, section in defs[node].inputs]
         real = [(name, section) for section in ("required", "optional")
                 for name in info[node]["input_order"].get(section, [])]
         assert ours == real, f"{node}: input order {real} != {ours}"
         assert tuple(info[node]["output"]) == defs[node].outputs
-    # The core nodes' description in test_workflows.py (CI has no ComfyUI) matches this ComfyUI.
-    for node, core in tw.CORE_NODES.items():
+    # The core nodes' description in workflow_defs.py (CI has no ComfyUI) matches this ComfyUI.
+    for node, core in wf.CORE_NODES.items():
         assert node in info, f"core node {node} missing"
         real_inputs = info[node]["input"]["required"]
         assert list(real_inputs) == list(core["input"]["required"]), (node, list(real_inputs))
@@ -183,7 +163,7 @@ def check_registration(comfy: ComfyUI) -> dict:
         assert info[node]["display_name"] == core["display"], (node, info[node]["display_name"])
 
     templates = comfy.get("/workflow_templates")
-    assert sorted(templates.get(PACK_NAME, [])) == sorted(tw.EXPECTED_TEMPLATES), templates
+    assert sorted(templates.get(PACK_NAME, [])) == sorted(wf.EXPECTED_TEMPLATES), templates
     return {"nodes": {n: info[n]["display_name"] for n in OUR_NODES}, "templates": sorted(templates[PACK_NAME])}
 
 
@@ -194,7 +174,7 @@ def check_generate(comfy: ComfyUI, keep_video: Optional[Path] = None, timeout: f
 
     import frame_code
 
-    prompt = load_json(WORKFLOWS / "api" / f"{TEMPLATE}.api.json")
+    prompt = wf.load(WORKFLOWS / "api" / f"{TEMPLATE}.api.json")
     gen_id = next(k for k, e in prompt.items() if e["class_type"] == "VLLMOmniGenerateVideo")
     save_id = next(k for k, e in prompt.items() if e["class_type"] == "SaveVideo")
     prompt[gen_id]["inputs"].update(TINY)
@@ -235,193 +215,6 @@ def check_generate(comfy: ComfyUI, keep_video: Optional[Path] = None, timeout: f
     return {"prompt_id": body["prompt_id"], "output": f"{item['subfolder']}/{item['filename']}",
             "bytes": len(data), "frames": len(frames), "size": f"{TINY['width']}x{TINY['height']}",
             "fps": rate, "seconds": round(elapsed, 1), "kept_copy": kept}
-
-
-# --------------------------------------------------------------------------- 4. the browser
-def _frontend_own(kind: str, text: str, where: str) -> str:
-    """What this page error of the stock front end is (FRONTEND_OWN_ERRORS), "" when it may be ours:
-    thrown in the front end's own bundle (/assets/), naming no extension of ours."""
-    if kind != "pageerror" or PACK_NAME in where or "/extensions/" in where or "/assets/" not in where:
-        return ""
-    return next((why for (message, function), why in FRONTEND_OWN_ERRORS.items()
-                 if text == message and f".{function} (" in where), "")
-
-
-def _new_errors(console: list, start: int) -> list:
-    errors = []
-    for kind, text, url in console[start:]:
-        if _frontend_own(kind, text, url):
-            continue
-        if kind == "pageerror" or (kind == "error" and not text.startswith("Failed to load resource")):
-            errors.append((kind, text, url))
-        elif kind == "requestfailed" and text == "net::ERR_ABORTED" and "/view?type=input&filename=control.mp4" in url:
-            continue     # Load Video's <video> preview: the browser ends its own range requests as it buffers
-        elif kind in ("http", "requestfailed") and any(part in url for part in OURS_IN_URL):
-            errors.append((kind, text, url))
-    return errors
-
-
-GRAPH_BOX_JS = """() => {
-  const ds = app.canvas.ds, r = app.canvas.canvas.getBoundingClientRect();
-  let x0 = 1e9, y0 = 1e9, x1 = -1e9, y1 = -1e9;
-  for (const n of app.graph._nodes) {
-    x0 = Math.min(x0, n.pos[0]); y0 = Math.min(y0, n.pos[1] - LiteGraph.NODE_TITLE_HEIGHT);
-    x1 = Math.max(x1, n.pos[0] + n.size[0]); y1 = Math.max(y1, n.pos[1] + n.size[1]);
-  }
-  const sx = x => r.left + (x + ds.offset[0]) * ds.scale, sy = y => r.top + (y + ds.offset[1]) * ds.scale;
-  return [sx(x0), sy(y0), sx(x1), sy(y1)];
-}"""
-
-
-def _save_thumbnail(png: Path, box: list[float], jpg: Path) -> int:
-    """A 512x512 JPEG of the graph alone (the template browser shows square cards)."""
-    from PIL import Image
-
-    with Image.open(png) as im:
-        shot = im.convert("RGB")
-        margin = 16
-        left, top = max(0, int(box[0]) - margin), max(0, int(box[1]) - margin)
-        right, bottom = min(shot.width, int(box[2]) + margin), min(shot.height, int(box[3]) + margin)
-        graph = shot.crop((left, top, right, bottom))
-        side = max(graph.width, graph.height)
-        card = Image.new("RGB", (side, side), shot.getpixel((left, top)))
-        card.paste(graph, ((side - graph.width) // 2, (side - graph.height) // 2))
-        card.resize((512, 512), Image.Resampling.LANCZOS).save(jpg, format="JPEG", quality=85, optimize=True)
-    return jpg.stat().st_size
-
-
-# Type values into Generate video's number widgets the way the front end applies an edit (its
-# INT widgets snap an edit to min + k*step): the values the Wan2.2 rules ask for must survive.
-TYPE_VALUES_JS = """(values) => {
-  const node = app.graph._nodes.find(n => n.type.startsWith('VLLMOmniGenerate'));
-  const got = [];
-  for (const [name, value] of values) {
-    const w = node.widgets.find(x => x.name === name);
-    const before = w.value;
-    w.callback.call(w, value, app.canvas, node);
-    got.push([name, value, w.value]);
-    w.value = before;
-  }
-  return got;
-}"""
-MODEL_VALUES = [["frames", 81], ["frames", 121], ["frames", 5], ["width", 832], ["height", 480],
-                ["width", 1280], ["height", 704], ["steps", 40], ["seed", 123456789]]
-S2V_VALUES = [["frames", 80], ["frames", 16], ["width", 832], ["height", 448], ["steps", 40],   # frames per part
-              ["seed", 123456789]]
-
-
-def _template_browser_cards(page: Any) -> list[str]:
-    """Open Templates (the front end opens it by itself on a fresh user folder), pick our pack."""
-    if not page.evaluate("() => document.querySelectorAll('.p-dialog').length"):
-        page.evaluate("() => app.extensionManager.command.execute('Comfy.BrowseTemplates')")
-    page.get_by_text(PACK_NAME, exact=True).first.click()
-    cards = page.locator("[data-testid^='template-workflow-']")
-    page.wait_for_function("(n) => document.querySelectorAll(\"[data-testid^='template-workflow-']\").length >= n",
-                           arg=5, timeout=30_000)
-    return sorted(cards.nth(i).get_attribute("data-testid").removeprefix("template-workflow-")
-                  for i in range(cards.count()))
-
-
-def check_templates_in_browser(comfy: ComfyUI, screenshots: Path, thumbnails: bool = False) -> dict:
-    report: dict[str, Any] = {}
-    names = sorted(tw.EXPECTED_TEMPLATES)
-    put_media_inputs(comfy.base / "input")      # the VACE / S2V loaders' files: their previews load
-    with browser_page(comfy.url) as (page, console):
-        report["frontend"] = page.evaluate("() => window.__COMFYUI_FRONTEND_VERSION__ || null")
-        startup = _new_errors(console, 0)
-        assert not startup, f"console errors at front-end startup: {startup}"
-        report["frontend_startup_errors"] = len(startup)
-        report["frontend_own_errors"] = [why for kind, text, where in console
-                                         if (why := _frontend_own(kind, text, where))]
-        close_dialogs(page)
-        page.evaluate("() => app.extensionManager.setting.set('Comfy.Minimap.Visible', false)")
-
-        # Each template as the template browser loads it: fetched from the pack's template route,
-        # then app.loadGraphData(json, true, true, name).
-        for name in names:
-            mark = len(console)
-            graph = page.evaluate(
-                "async (url) => (await fetch(url)).json()", f"/api/workflow_templates/{PACK_NAME}/{name}.json")
-            assert graph == load_json(WORKFLOWS / f"{name}.json"), f"{name}: served template differs from the file"
-            result = page.evaluate(LOAD_AND_INSPECT_JS, [graph, name])
-            assert not result["dialogs"], f"{name}: dialog after load: {result['dialogs']}"
-            unknown = [n["type"] for n in result["nodes"] if not n["registered"]]
-            assert not unknown, f"{name}: unknown node types {unknown}"
-            in_error = [n["type"] for n in result["nodes"] if n["has_errors"]]
-            assert not in_error, f"{name}: nodes in error {in_error}"
-            assert [n["type"] for n in result["nodes"]] == [n["type"] for n in graph["nodes"]]
-            twin = load_json(WORKFLOWS / "api" / f"{name}.api.json")
-            assert result["api"] == twin, f"{name}: graphToPrompt() differs from the API twin:\n" \
-                                          f"{json.dumps(result['api'], indent=1)[:3000]}"
-            typed = page.evaluate(TYPE_VALUES_JS, S2V_VALUES if "s2v" in name else MODEL_VALUES)
-            snapped = [(w, v, got) for w, v, got in typed if got != v]
-            assert not snapped, f"{name}: the UI turns typed values into others: {snapped}"
-            page.wait_for_timeout(1000)            # previews (LoadImage's /view) and redraws
-            errors = _new_errors(console, mark)
-            assert not errors, f"{name}: console errors while loading: {errors}"
-            png = screenshots / f"{name}.png"
-            entry = {"nodes": len(result["nodes"]), "screenshot": str(png), "png_bytes": save_png(page, png)}
-            if thumbnails:
-                entry["thumbnail_bytes"] = _save_thumbnail(png, page.evaluate(GRAPH_BOX_JS), WORKFLOWS / f"{name}.jpg")
-            report[name] = entry
-
-        # The template browser itself: our pack's cards (with their thumbnails), and a click
-        # on one loads it.
-        mark = len(console)
-        cards = _template_browser_cards(page)
-        assert cards == names, f"template browser shows {cards}"
-        page.wait_for_timeout(1500)
-        report["template_browser"] = {"cards": cards, "screenshot": str(screenshots / "template_browser.png"),
-                                      "png_bytes": save_png(page, screenshots / "template_browser.png")}
-        page.locator(f"[data-testid='template-workflow-{TEMPLATE}']").click()
-        page.wait_for_function("() => !document.querySelector('.p-dialog')", timeout=30_000)
-        page.wait_for_timeout(1000)
-        loaded = page.evaluate("async () => ({types: app.graph._nodes.map(n => n.type), "
-                               "api: (await app.graphToPrompt()).output})")
-        expected = load_json(WORKFLOWS / f"{TEMPLATE}.json")
-        assert loaded["types"] == [n["type"] for n in expected["nodes"]], loaded["types"]
-        assert loaded["api"] == load_json(WORKFLOWS / "api" / f"{TEMPLATE}.api.json")
-        errors = _new_errors(console, mark)
-        assert not errors, f"template browser: console errors: {errors}"
-
-        # Control: the same inspection must notice a node type this ComfyUI does not have.
-        bogus = load_json(WORKFLOWS / f"{TEMPLATE}.json")
-        bogus["nodes"][-1]["type"] = "NoSuchNodeFromAnotherPack"
-        result = page.evaluate(LOAD_AND_INSPECT_JS, [bogus, "control"])
-        missing_seen = bool(result["dialogs"]) or any(not n["registered"] for n in result["nodes"])
-        assert missing_seen, "the missing-node check did not notice an unknown node type"
-        report["control_missing_node_dialog"] = [d[:100] for d in result["dialogs"]]
-        close_dialogs(page)
-    return report
-
-
-def check_released_in_browser(comfy: ComfyUI) -> dict:
-    """Every frozen released UI workflow (tests/unit/released_workflows) loads in the front end as it did: no
-    missing node, none in error, no console error, and app.graphToPrompt() is its released API twin plus only
-    widgets appended since then (optional inputs), at their declared defaults."""
-    defs, report = tw.node_defs(), {}
-    with browser_page(comfy.url) as (page, console):
-        close_dialogs(page)
-        for ui_path in sorted(p for p in tw.RELEASED.glob("*.json") if not p.name.endswith(".api.json")):
-            name, mark = ui_path.stem, len(console)
-            result = page.evaluate(LOAD_AND_INSPECT_JS, [load_json(ui_path), name])
-            assert not result["dialogs"], f"{name}: dialog after load: {result['dialogs']}"
-            assert all(n["registered"] and not n["has_errors"] for n in result["nodes"]), (name, result["nodes"])
-            twin, api, appended = load_json(ui_path.with_name(f"{name}.api.json")), result["api"], {}
-            assert sorted(api) == sorted(twin), f"{name}: nodes {sorted(api)} != {sorted(twin)}"
-            for node_id, entry in twin.items():
-                got = api[node_id]["inputs"]
-                assert api[node_id]["class_type"] == entry["class_type"]
-                assert {k: got.get(k) for k in entry["inputs"]} == entry["inputs"], (name, node_id, got)
-                for key in sorted(set(got) - set(entry["inputs"])):
-                    spec = next(((s, section) for n, s, section in defs[entry["class_type"]].inputs if n == key), None)
-                    assert spec is not None and spec[1] == "optional" and got[key] == spec[0][1].get("default"), \
-                        f"{name}: {entry['class_type']}.{key} = {got[key]!r} is not an appended widget at its default"
-                    appended[f"{entry['class_type']}.{key}"] = got[key]
-            errors = _new_errors(console, mark)
-            assert not errors, f"{name}: console errors while loading: {errors}"
-            report[name] = {"nodes": len(result["nodes"]), "appended": appended}
-    return report
 
 
 # --------------------------------------------------------------------------- main
@@ -491,14 +284,14 @@ def main() -> int:
         if not args.skip_browser:
             _step(report, "browser", check_templates_in_browser(comfy, shots, thumbnails=args.thumbnails))
             if not args.skip_behaviour:
-                _step(report, "node_text", bc.check_text_nodes_in_browser(comfy, shots / bc.DOCTOR_PNG))
-                _step(report, "mid_denoise", bc.screenshot_mid_denoise(comfy, shots / bc.MID_DENOISE_PNG))
+                _step(report, "node_text", shown.check_text_nodes_in_browser(comfy, shots / shown.DOCTOR_PNG))
+                _step(report, "mid_denoise", shown.screenshot_mid_denoise(comfy, shots / shown.MID_DENOISE_PNG))
         if not args.skip_behaviour:   # 6. Cancel during a launch, with a stub that loads for minutes
             slow, slow_logs = _started(comfy_dir, args.python, work / "slow", load_delay_s=bc.LOAD_DELAY_S)
             started.append(slow)
             _step(report, "interrupt_launch", bc.check_interrupt_during_launch(slow, slow_logs, seed=6006))
             if not args.skip_browser:
-                _step(report, "mid_launch", bc.screenshot_mid_launch(slow, slow_logs, shots / bc.MID_LAUNCH_PNG))
+                _step(report, "mid_launch", shown.screenshot_mid_launch(slow, slow_logs, shots / shown.MID_LAUNCH_PNG))
     print(json.dumps(report, indent=2))
     return 0
 

@@ -35,6 +35,8 @@ if not COMFYUI_DIR:
                 "see tests/comfyui/run_real_comfyui.py)", allow_module_level=True)
 
 import behaviour_checks as bc  # noqa: E402
+import node_display_checks as shown  # noqa: E402
+import browser_checks  # noqa: E402
 import run_batch_comfyui as batch  # noqa: E402
 import run_real_comfyui as real  # noqa: E402
 from comfy_harness import OUR_NODES, PACK_NAME, ComfyUI  # noqa: E402
@@ -126,23 +128,23 @@ def test_the_same_remote_graph_queued_twice_sends_one_job_and_a_new_seed_one_mor
 
 
 def test_doctor_and_server_status_reports_appear_on_their_nodes_in_the_browser(comfy):
-    report = bc.check_text_nodes_in_browser(comfy)
-    assert bc.DOCTOR_DONE.search(report["doctor_text"])
+    report = shown.check_text_nodes_in_browser(comfy)
+    assert shown.DOCTOR_DONE.search(report["doctor_text"])
 
 
 def test_every_template_loads_in_the_browser_without_missing_nodes_or_errors(comfy, tmp_path):
-    report = real.check_templates_in_browser(comfy, tmp_path / "screenshots")
+    report = browser_checks.check_templates_in_browser(comfy, tmp_path / "screenshots")
     assert report["template_browser"]["cards"] == sorted(real.EXPECTED_TEMPLATES)
 
 
 def test_every_released_ui_workflow_loads_in_the_browser_as_its_released_api_twin(comfy):
-    report = real.check_released_in_browser(comfy)
-    assert sorted(report) == sorted(p.stem for p in real.tw.RELEASED.glob("*.json") if ".api." not in p.name)
+    report = browser_checks.check_released_in_browser(comfy)
+    assert sorted(report) == sorted(p.stem for p in real.wf.RELEASED.glob("*.json") if ".api." not in p.name)
 
 
 def test_generate_shows_its_denoise_step_and_progress_in_the_browser(comfy, screenshots):
-    report = bc.screenshot_mid_denoise(comfy, screenshots / bc.MID_DENOISE_PNG)
-    assert bc.STEP_TEXT.search(report["text"])
+    report = shown.screenshot_mid_denoise(comfy, screenshots / shown.MID_DENOISE_PNG)
+    assert shown.STEP_TEXT.search(report["text"])
 
 
 def test_generate_batch_returns_every_clip_and_save_video_saves_each(comfy, logs):
@@ -164,7 +166,7 @@ def test_interrupt_during_a_local_server_launch_ends_the_prompt_and_the_server(s
 
 def test_local_server_shows_status_and_progress_in_the_browser_while_it_launches(slow_launch, screenshots):
     comfy, logs = slow_launch
-    report = bc.screenshot_mid_launch(comfy, logs, screenshots / bc.MID_LAUNCH_PNG)
+    report = shown.screenshot_mid_launch(comfy, logs, screenshots / shown.MID_LAUNCH_PNG)
     assert report["text"] and report["progress"]
 
 

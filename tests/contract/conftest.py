@@ -4,7 +4,7 @@ Every process that imports vLLM costs about 30 CPU-seconds (a stub start, a reso
 probe script), and the suite has to finish in 15 minutes on 2 cores, so a new test file
 adds as few of them as it can.  Fixtures for any contract test (new test files too):
 
-* ``stub_pool``: one :class:`stubserver.StubPool` of the stubs named in ``shared_stubs.py``
+* ``stub_pool``: one :class:`stub_pool.StubPool` of the stubs named in ``shared_stubs.py``
   (``T2V_KEYED``: keyed, 0.05 s steps, one job at a time, 2 GPUs with Ulysses 2: the argv the
   launcher's ``argv --json`` prints, run as is; ``I2V_SPLIT``: stdout and stderr
   apart; ``TI2V_OFFLOAD``: module offload, would OOM at load without it), each started when
@@ -50,6 +50,7 @@ import pytest
 
 import shared_stubs
 import stubserver
+from stub_pool import StubPool
 from processes import assert_no_process_left
 
 from vllm_omni_launcher.server import registry
@@ -70,9 +71,9 @@ def data_dir(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="session")
-def stub_pool() -> Iterator[stubserver.StubPool]:
+def stub_pool() -> Iterator[StubPool]:
     stubserver.server_python()  # a missing server python fails every test that needs a stub, loudly
-    pool = stubserver.StubPool(shared_stubs.CONFIGS)
+    pool = StubPool(shared_stubs.CONFIGS)
     _CLOSE["stub_pool"] = pool.close
     try:
         yield pool

@@ -2,7 +2,7 @@
 
 A stub start costs a vLLM import (tens of seconds on a small CI box), so the plain
 configurations that many tests drive with ordinary requests run once per session, in
-``tests/contract/conftest.py``'s :class:`stubserver.StubPool`; a test takes one with
+``tests/contract/conftest.py``'s :class:`stub_pool.StubPool`; a test takes one with
 ``with stub_pool.lease(NAME) as (stub,):`` (it is stopped again between leases).  Each test
 must leave a shared stub as it found it (its jobs end or are deleted); a test of the process
 itself (exit, crash, hang) starts its own stub, or ends a shared one with
@@ -14,7 +14,8 @@ import json
 import subprocess
 import sys
 
-from stubserver import StubConfig, free_port
+from stub_pool import StubConfig
+from stubserver import free_port
 
 T2V = "Wan-AI/Wan2.2-T2V-A14B-Diffusers"
 I2V = "Wan-AI/Wan2.2-I2V-A14B-Diffusers"

@@ -59,6 +59,10 @@ What the fake GPU does
   the decoded video a Wan VAE returns (BCTHW, [-1, 1], bf16) after the runner's real
   ``prepare_diffusion_media_for_transport``.  Exceptions become the request's error
   output, as in ``UniProcDiffusionExecutor.execute_request``.
+* After the frames, the rest of a job is upstream's too: the API layer encodes the MP4, stores
+  it and logs ``Video request ID persisted KEY output file.`` right before the job turns
+  completed (the launcher's last fast-poll hint reads it).  The stub prints no copy of such a
+  line; it is declared in ``upstream_lines.SERVED_LINES`` and checked at start like the copies.
 * DELETE of a running job is upstream's: the engine cannot interrupt ``execute_request``
   (Wan has no cooperative cancel), so the steps keep printing to the end and the output
   is dropped.

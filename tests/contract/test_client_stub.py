@@ -20,6 +20,7 @@ import pytest
 import frame_code
 import stubserver
 from shared_stubs import I2V_SPLIT, KEY, T2V, T2V_KEYED, TI2V, TI2V_OFFLOAD
+from stub_pool import StubPool
 
 from vllm_omni_launcher.client.api import VideoClient, VideoRequest
 from vllm_omni_launcher.client.job_results import GenerationCancelled, JobUpdate
@@ -34,7 +35,7 @@ CRASH_ENV = {"VLLM_OMNI_STUB_CRASH_AFTER_JOBS": "1", "VLLM_OMNI_STUB_STEP_S": "0
 
 
 @pytest.fixture(scope="module")
-def stubs(stub_pool: stubserver.StubPool) -> Iterator[dict[str, Any]]:
+def stubs(stub_pool: StubPool) -> Iterator[dict[str, Any]]:
     """The shared stubs, and this module's own one that crashes; all start together."""
     names = (TI2V_OFFLOAD, I2V_SPLIT, T2V_KEYED)
     with stubserver.run_stub(T2V, env=CRASH_ENV) as crash, stub_pool.lease(*names) as shared:

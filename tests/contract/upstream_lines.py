@@ -11,6 +11,11 @@ not found there raises :class:`MissingUpstreamLine`: the stub refuses to print i
 fails), and tests/unit/test_stub_upstream_lines.py checks every line against the installed
 0.30 and against the 0.26 wheel that tests/run.sh downloads (read inside the zip, never installed).
 
+``SERVED_LINES`` are lines the parser reads that the stub does not copy: upstream's own API layer,
+which runs for real in the stub, prints them (e.g. the line that a job's MP4 is stored, the
+client's last fast-poll hint). They are checked the same way, so a rewording upstream fails the
+stub's start and the unit test instead of leaving the parser reading a line no server prints.
+
 Standard library only: the stub imports this in the server environment, the unit test in the
 ComfyUI-side one.
 """
@@ -38,6 +43,13 @@ class UpstreamLine:
     module: str
     message: str
     since: Version = (0, 26)       # the first supported line whose source has it
+    moved_from: Optional[tuple[Version, str]] = None   # (v, module): lines before v log it from that module
+
+    def module_in(self, version: Version) -> str:
+        """The module that logs this line in `version`."""
+        if self.moved_from is not None and version < self.moved_from[0]:
+            return self.moved_from[1]
+        return self.module
 
 
 _WORKER = "vllm_omni.diffusion.worker.diffusion_worker"
@@ -66,6 +78,14 @@ LINES: dict[str, UpstreamLine] = {
     "worker_dead": UpstreamLine("vllm_omni.diffusion.executor.uniproc_executor",
                                 "Diffusion worker failed unrecoverably in-process; marking the executor dead.",
                                 since=(0, 30)),
+}
+
+# Printed by upstream's own API layer (real in the stub too), read by server/logs/logwatch.py.
+SERVED_LINES: dict[str, UpstreamLine] = {
+    # logged right after the job's MP4 is saved, just before its status turns completed (_run_video_generation_job)
+    "video_stored": UpstreamLine("vllm_omni.entrypoints.openai.video.generation.helpers",
+                                 "Video request %s persisted %s output file.",
+                                 moved_from=((0, 30), "vllm_omni.entrypoints.openai.api_server")),
 }
 
 _LOG_METHODS = {"debug", "info", "warning", "warn", "error", "exception", "critical",
@@ -163,8 +183,9 @@ class Finder:
         return line
 
     def check(self, version: Version) -> dict[str, int]:
-        """Every line of LINES that `version` has: {key: line}; raises on the first one not found."""
-        return {key: self.line_of(u.module, u.message) for key, u in LINES.items() if version >= u.since}
+        """Every line of LINES and SERVED_LINES that `version` has: {key: line}; raises on the first one not found."""
+        return {key: self.line_of(u.module_in(version), u.message)
+                for key, u in {**LINES, **SERVED_LINES}.items() if version >= u.since}
 
 
 def installed_version() -> Version:

@@ -15,7 +15,7 @@ variables for that case.
 Output (stdout): a JSON list, one result per case, in order:
 
 * ``{"ok": true, "config": {...}}`` with the resolved diffusion config (see
-  ``upstream.summarize_od_config``: world_size, parallel degrees, offload, quantization,
+  ``summarize_od_config``: world_size, parallel degrees, offload, quantization,
   tiling, cache backend, enforce_eager, boundary_ratio, flow_shift, devices, ...);
 * ``{"ok": false, "stage": "parse", "error": "...", "exit_code": 2}`` when argparse refuses
   the command line (``error`` is argparse's message, e.g. ``unrecognized arguments: ...``)
@@ -54,6 +54,7 @@ import json
 import os
 import sys
 import traceback
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
@@ -66,6 +67,83 @@ upstream.server_python_ok()
 
 class _ShimReached(Exception):
     pass
+
+
+# --------------------------------------------------------------------------- config summary
+def summarize_od_config(od_config: Any, devices: list[str], missing: list[str] | None = None) -> dict[str, Any]:
+    """The resolved diffusion config as plain JSON (the fields the launcher cares about)."""
+    pc = od_config.parallel_config
+    quant = getattr(od_config, "quantization_config", None)
+    quant_name = None
+    if quant is not None:
+        get_name = getattr(quant, "get_name", None)
+        quant_name = get_name() if callable(get_name) else getattr(quant, "method", None) or type(quant).__name__
+        quant_name = str(quant_name)
+    offload = getattr(od_config, "diffusion_offload_config", None) or getattr(od_config, "offload_config", None)
+
+    def plain(value: Any) -> Any:
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        if isinstance(value, dict):
+            return {str(k): plain(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple, set)):
+            return [plain(v) for v in value]
+        if hasattr(value, "value") and isinstance(getattr(value, "value"), (str, int)):
+            return value.value
+        return str(value)
+
+    return {
+        "model": od_config.model,
+        "model_class_name": getattr(od_config, "model_class_name", None),
+        "world_size": pc.world_size,
+        "tensor_parallel_size": pc.tensor_parallel_size,
+        "ulysses_degree": pc.ulysses_degree,
+        "ring_degree": pc.ring_degree,
+        "sequence_parallel_size": getattr(pc, "sequence_parallel_size", None),
+        "cfg_parallel_size": pc.cfg_parallel_size,
+        "vae_patch_parallel_size": getattr(pc, "vae_patch_parallel_size", None),
+        "data_parallel_size": getattr(pc, "data_parallel_size", None),
+        "pipeline_parallel_size": getattr(pc, "pipeline_parallel_size", None),
+        "use_hsdp": getattr(pc, "use_hsdp", None),
+        "hsdp_shard_size": getattr(pc, "hsdp_shard_size", None),
+        "hsdp_replicate_size": getattr(pc, "hsdp_replicate_size", None),
+        "enable_cpu_offload": bool(getattr(od_config, "enable_cpu_offload", False)),
+        "enable_layerwise_offload": bool(getattr(od_config, "enable_layerwise_offload", False)),
+        "offload_config": plain(offload),
+        "quantization": quant_name,
+        "vae_use_tiling": getattr(od_config, "vae_use_tiling", None),
+        "vae_use_slicing": getattr(od_config, "vae_use_slicing", None),
+        "cache_backend": plain(getattr(od_config, "cache_backend", None)),
+        "enforce_eager": getattr(od_config, "enforce_eager", None),
+        "boundary_ratio": getattr(od_config, "boundary_ratio", None),
+        "flow_shift": getattr(od_config, "flow_shift", None),
+        "lora_path": plain(getattr(od_config, "lora_path", None)),
+        "lora_backend": plain(getattr(od_config, "lora_backend", None)),
+        "lora_scale": getattr(od_config, "lora_scale", None),
+        "dtype": plain(getattr(od_config, "dtype", None)),
+        "max_num_seqs": getattr(od_config, "max_num_seqs", None),
+        "distributed_executor_backend": plain(getattr(od_config, "distributed_executor_backend", None)),
+        "num_gpus": getattr(od_config, "num_gpus", None),
+        "devices": devices,
+        # devices the ranks would bind that the (fake) machine does not have: the real
+        # server accepts this layout at config time and its workers then fail to start
+        "missing_devices": list(missing or []),
+    }
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The exception a ``raise X from exc`` chain wraps (follows ``__cause__`` only).
+
+    Upstream wraps stage-init failures as ``RuntimeError("Orchestrator initialization
+    failed: ...") from exc``; the wrapped exception carries the real message.  Implicit
+    contexts (an error raised while handling another) are not followed: there the newer
+    exception is the one upstream means to report (e.g. ``Repository not found``).
+    """
+    seen = set()
+    while id(exc) not in seen and exc.__cause__ is not None:
+        seen.add(id(exc))
+        exc = exc.__cause__
+    return exc
 
 
 def _setup():
@@ -151,9 +229,9 @@ def run_case(vllm_main, state, case: dict) -> dict:
         message = last.split("error: ", 1)[1] if "error: " in last else last
         return {"ok": False, "stage": "parse", "error": message, "exit_code": code}
     except BaseException as exc:  # noqa: BLE001 - report every startup failure
-        cause = upstream.root_cause(exc)
+        cause = root_cause(exc)
         if isinstance(cause, upstream.ResolvedConfig):
-            return {"ok": True, "config": upstream.summarize_od_config(cause.od_config, cause.devices, cause.missing)}
+            return {"ok": True, "config": summarize_od_config(cause.od_config, cause.devices, cause.missing)}
         if isinstance(exc, KeyboardInterrupt):
             raise
         return {

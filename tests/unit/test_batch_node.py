@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Optional
 
 import pytest
 
 from comfy_standin import run_node
 from vllm_omni_launcher.client.batch import BatchCancelled, BatchUpdate
+from vllm_omni_launcher.client.poll_window import Hint
 from vllm_omni_launcher.errors import LauncherError
-from vllm_omni_launcher.nodes import NODES, batch_session
-from vllm_omni_launcher.nodes.batch_count import prompt_lines
+from vllm_omni_launcher.nodes import NODES, batch_session, session
 from vllm_omni_launcher.nodes.batch_session import BatchProgress, clip_plan
 from vllm_omni_launcher.nodes.handles import ServerHandle
+from vllm_omni_launcher.server.logs.logwatch import fast_poll_hint
 
 BATCH, GENERATE = NODES["VLLMOmniGenerateBatch"], NODES["VLLMOmniGenerateVideo"]
 
@@ -38,10 +40,6 @@ def test_batch_inputs_are_generate_videos_with_prompts_and_batch_count():
     assert BATCH.hidden == GENERATE.hidden and batch["prompts"].opts["multiline"] and not batch["prompts"].optional
     count = batch["batch_count"]
     assert count.kind == "INT" and count.opts["min"] == 1 and count.default == 1 and not count.optional
-
-
-def test_prompt_lines_ignore_blank_lines_and_spaces():
-    assert prompt_lines("a fox\n\n   \n  a cat in rain  \r\nowl\n") == ["a fox", "a cat in rain", "owl"]
 
 
 def test_clip_plan_is_every_prompt_with_seeds_seed_to_seed_plus_count_minus_one():
@@ -106,8 +104,8 @@ class Denoise:
     total: int
     done: bool = False
 
-    def denoised_after(self, run_floor: int) -> bool:
-        return self.run_id > run_floor and self.done
+    def hint_after(self, run_floor: int) -> Hint:      # logwatch.DenoiseProgress's: no stored line here
+        return Hint.DENOISED if self.run_id > run_floor and self.done else Hint.NONE
 
 
 def test_one_bar_over_the_steps_of_all_clips_and_clip_k_of_n_in_the_text():
@@ -132,9 +130,6 @@ def test_a_batched_wave_moves_all_its_clips_and_says_they_run_together():
     bar = BatchProgress(reporter, clips=4, steps=10, local_progress=lambda: Denoise(2, 5, 10), run_floor=1)
     bar.on_update(BatchUpdate(("in_progress",) * 4, 3.0))
     assert reporter.bars == [(20, 40)] and reporter.texts[0].startswith("Clips 1-4/4 running together: step 5/10")
-    assert not bar.due()
-    done = BatchProgress(reporter, clips=1, steps=10, local_progress=lambda: Denoise(2, 10, 10, True), run_floor=1)
-    assert done.due()                                   # the wave's last step: poll fast
 
 
 def test_remote_bar_moves_clip_by_clip():
@@ -143,7 +138,42 @@ def test_remote_bar_moves_clip_by_clip():
     bar.on_update(BatchUpdate(("in_progress", "queued"), 1.0))
     bar.on_update(BatchUpdate(("done", "in_progress"), 5.0))
     assert reporter.bars == [(0, 16), (8, 16)] and reporter.texts[1].startswith("Clip 2/2: running")
-    assert not bar.due()
+
+
+class _Client:
+    def __enter__(self) -> "_Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+@pytest.mark.parametrize("local", [True, False])
+def test_the_job_loop_hints_fast_polls_once_a_local_run_of_these_jobs_reaches_its_last_step(local, monkeypatch):
+    # session.run_jobs (Generate Video's and Generate Batch's loop): a supervised server's log gives the
+    # client `due` (Supervisor.job_hint), DENOISED once a denoise run newer than any before these jobs is at
+    # its last step; an earlier job's finished run is not these jobs'. A remote server gives none.
+    log = [Denoise(4, 10, 10, True)]
+    sup = SimpleNamespace(progress=lambda: log[0], job_hint=lambda: fast_poll_hint(lambda: log[0]),
+                          mark_job_activity=lambda: None) if local else None
+    monkeypatch.setattr(session, "job_client", lambda handle, reporter, cfg, jobs: (_Client(), sup))
+    seen: list[Any] = []
+
+    def submit(client: Any, *, on_update: Any, should_cancel: Any, due: Any) -> str:
+        for run in (Denoise(5, 3, 10), Denoise(5, 10, 10, True)):
+            seen.append(due() if due is not None else None)
+            log[0] = run
+        seen.append(due() if due is not None else None)
+        return "clips"
+
+    reporter = Reporter()
+    reporter.cancel_requested = lambda: False   # type: ignore[attr-defined]
+    requests = [SimpleNamespace(guidance=5.0, guidance_2=None)] * 2
+    result = session.run_jobs(None, requests, reporter, "Submitting 2 jobs",
+                              lambda progress, floor, client: BatchProgress(reporter, 2, 10, progress, floor),
+                              submit, BatchCancelled, lambda *a: pytest.fail("not cancelled"))
+    none, denoised = Hint.NONE, Hint.DENOISED
+    assert result == "clips" and seen == ([none, none, denoised] if local else [None] * 3)
 
 
 # --------------------------------------------------------------------------- cancel

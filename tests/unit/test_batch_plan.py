@@ -12,55 +12,16 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
 from comfy_standin import ComfyStandIn, run_node  # noqa: E402
+from queued_prompts import JOB, batch_node, queued_prompt, video_node  # noqa: E402
 
 from vllm_omni_launcher.errors import LauncherError  # noqa: E402
 
-from vllm_omni_launcher.nodes import session  # noqa: E402
-from vllm_omni_launcher.nodes.batch_count import queued_clips  # noqa: E402
 from vllm_omni_launcher.nodes.handles import ServerHandle, ServingChoice  # noqa: E402
 from vllm_omni_launcher.planner.launch_plan import GPU_MEMORY_ENV, resolve_launch  # noqa: E402
+from vllm_omni_launcher.planner.queued_prompt import queued_jobs  # noqa: E402
 from vllm_omni_launcher.server.config.local_config import LocalConfig  # noqa: E402
 
 TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
-JOB = {"negative_prompt": "", "width": 0, "height": 0, "frames": 0, "fps": 0, "steps": 0, "guidance": -1.0,
-       "guidance_2": -1.0, "boundary_ratio": -1.0, "flow_shift": -1.0, "seed": 1}
-
-
-def _prompt(**nodes: dict) -> dict:
-    """A queued API prompt: Local Server "3", and the given nodes (id -> class_type and inputs)."""
-    prompt = {"3": {"class_type": "VLLMOmniLocalServer", "inputs": {"model": ["1", 0], "serving": ["2", 0]}}}
-    prompt.update(nodes)
-    return prompt
-
-
-def _batch(prompts, batch_count, server=("3", 0)) -> dict:
-    return {"class_type": "VLLMOmniGenerateBatch",
-            "inputs": {**JOB, "server": list(server), "prompts": prompts, "batch_count": batch_count}}
-
-
-def _video(server=("3", 0)) -> dict:
-    return {"class_type": "VLLMOmniGenerateVideo", "inputs": {**JOB, "server": list(server), "prompt": "a cat"}}
-
-
-@pytest.mark.parametrize("inputs, clips", [
-    ({"prompts": "a fox\n\n a cat \n", "batch_count": 3}, 6),     # blank lines do not count
-    ({"prompts": "a fox", "batch_count": 1}, 1),
-    ({"prompts": ["7", 0], "batch_count": 4}, 4),                 # linked prompts: known when it runs
-    ({"prompts": "a\nb", "batch_count": ["8", 0]}, 2),            # linked count
-    ({"prompts": "", "batch_count": 2}, 2),                       # refused when it runs; counts as one line
-    ({"prompt": "a cat"}, 1),                                     # Generate Video
-])
-def test_a_nodes_queued_clips_are_its_prompt_lines_times_batch_count(inputs, clips):
-    assert queued_clips({**JOB, **inputs}) == clips
-
-
-def test_local_server_counts_the_largest_batch_it_feeds_not_the_sum_of_its_nodes():
-    prompt = _prompt(**{"10": _batch("a fox\na cat", 3), "11": _video(), "12": _batch("owl", 2),
-                        "20": _batch("x\ny\nz", 8, server=("30", 0))})      # fed by another server
-    # ComfyUI runs nodes one after another: only one node's jobs are on the server at a time
-    assert session._queued_jobs(prompt, "3") == 6
-    assert session._queued_jobs(_prompt(**{"11": _video()}), "3") == 1
-    assert session._queued_jobs(None, "3") == 1 and session._queued_jobs(prompt, None) == 1
 
 
 def test_a_batch_fed_auto_server_on_two_cards_shows_the_replica_suggestion(monkeypatch, tmp_path):
@@ -70,12 +31,12 @@ def test_a_batch_fed_auto_server_on_two_cards_shows_the_replica_suggestion(monke
 
     def plan_text(prompt: dict) -> str:
         return resolve_launch(choice.base_spec(TI2V, config), config, gpus=choice.gpus, auto=True,
-                              server_version=(0, 30), queued_jobs=session._queued_jobs(prompt, "3")).text
+                              server_version=(0, 30), queued_jobs=queued_jobs(prompt, "3")).text
 
-    text = plan_text(_prompt(**{"10": _batch("a fox\na cat", 2)}))
+    text = plan_text(queued_prompt(**{"10": batch_node("a fox\na cat", 2)}))
     assert "4 jobs are queued and the model fits one GPU: replicas 2" in text
     assert "set replicas to 2 on Serving Config" in text
-    assert "jobs are queued" not in plan_text(_prompt(**{"10": _batch("a fox", 1), "11": _video()}))
+    assert "jobs are queued" not in plan_text(queued_prompt(**{"10": batch_node("a fox", 1), "11": video_node()}))
 
 
 def test_the_local_server_node_shows_the_suggestion_for_the_batch_it_feeds(monkeypatch, tmp_path):
@@ -91,7 +52,7 @@ def test_the_local_server_node_shows_the_suggestion_for_the_batch_it_feeds(monke
     serving = ServingChoice()
     with ComfyStandIn() as comfy, pytest.raises(LauncherError):
         run_node("VLLMOmniLocalServer", model, serving, unique_id="3",
-                                                           prompt=_prompt(**{"10": _batch("a\nb\nc", 2)}))
+                                                           prompt=queued_prompt(**{"10": batch_node("a\nb\nc", 2)}))
     texts = [text for text, node in comfy.texts if node == "3"]
     assert any("6 jobs are queued and the model fits one GPU: replicas 2" in t for t in texts), texts
 
@@ -116,7 +77,7 @@ def test_a_batch_that_starts_a_stopped_server_plans_it_for_its_clips_as_local_se
     with ComfyStandIn() as comfy:
         with pytest.raises(LauncherError):               # Local Server, for a queued batch of 3 lines x 2
             run_node("VLLMOmniLocalServer", model, serving, unique_id="3",
-                                                               prompt=_prompt(**{"10": _batch("a\nb\nc", 2)}))
+                                                               prompt=queued_prompt(**{"10": batch_node("a\nb\nc", 2)}))
         # the server is not running (stopped, idle or crashed): Generate Batch starts it again
         handle = ServerHandle("local", "", TI2V, model.family_key, server_id="stopped", model=model,
                               serving=serving)

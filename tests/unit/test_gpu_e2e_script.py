@@ -1,4 +1,5 @@
-"""The pure parts of the issue-15 GPU session driver (bench/gpu_comfyui_e2e.py): the API prompts it
+"""The pure parts of the issue-15 GPU session driver (bench/gpu_comfyui_e2e.py, what it builds and reads in
+bench/comfyui_e2e_reading.py, /proc reads in bench/comfyui_process.py): the API prompts it
 queues, how it reads ComfyUI's websocket events, /history outputs and the server log, and the
 report verdict. The driver itself is rehearsed end to end by `bash bench/gpu_session.sh cpu`."""
 from __future__ import annotations
@@ -20,16 +21,18 @@ def _driver():
     return module
 
 
-drv = _driver()
+drv = _driver()             # the driver puts bench/ on sys.path: its helper modules import by name
+import comfyui_e2e_reading as reading  # noqa: E402
+import comfyui_process as process  # noqa: E402
 
 
 def test_prompt_points_the_template_at_the_local_model_and_adds_probes():
-    template = drv.load_api(drv.T2V)
-    prompt = drv.build_prompt(template, "local/ti2v-5b", {"width": 1280, "height": 704, "frames": 121,
+    template = reading.load_api(reading.T2V)
+    prompt = reading.build_prompt(template, "local/ti2v-5b", {"width": 1280, "height": 704, "frames": 121,
                                                           "steps": 8, "seed": 7}, {"compile": False})
-    gen = drv.node_of(prompt, "VLLMOmniGenerateVideo")
-    assert prompt[drv.node_of(prompt, "VLLMOmniLoadModel")]["inputs"]["model"] == "local/ti2v-5b"
-    serving = prompt[drv.node_of(prompt, "VLLMOmniServingConfig")]["inputs"]
+    gen = reading.node_of(prompt, "VLLMOmniGenerateVideo")
+    assert prompt[reading.node_of(prompt, "VLLMOmniLoadModel")]["inputs"]["model"] == "local/ti2v-5b"
+    serving = prompt[reading.node_of(prompt, "VLLMOmniServingConfig")]["inputs"]
     assert serving["compile"] is False and serving["gpus"] == "auto" and serving["parallel_mode"] == "auto"
     assert {k: prompt[gen]["inputs"][k] for k in ("width", "height", "frames", "steps", "seed")} == \
         {"width": 1280, "height": 704, "frames": 121, "steps": 8, "seed": 7}
@@ -41,15 +44,15 @@ def test_prompt_points_the_template_at_the_local_model_and_adds_probes():
 
 
 def test_i2v_prompt_keeps_the_start_image():
-    prompt = drv.build_prompt(drv.load_api(drv.I2V), "local/x", {"seed": 1}, probes=False)
-    image = prompt[drv.node_of(prompt, "VLLMOmniGenerateVideo")]["inputs"]["image"]
+    prompt = reading.build_prompt(reading.load_api(reading.I2V), "local/x", {"seed": 1}, probes=False)
+    image = prompt[reading.node_of(prompt, "VLLMOmniGenerateVideo")]["inputs"]["image"]
     assert prompt[image[0]]["class_type"] == "LoadImage" and "90" not in prompt
 
 
 def test_probe_values_read_preview_any_text():
     outputs = {"91": {"text": ["1280"]}, "92": {"text": ["704"]}, "93": {"text": ["121"]}, "94": {"text": ["24.0"]}}
-    assert drv.probe_values(outputs) == {"width": 1280.0, "height": 704.0, "batch": 121.0, "fps": 24.0}
-    assert drv.probe_values({"91": {"text": ["None"]}})["width"] is None
+    assert reading.probe_values(outputs) == {"width": 1280.0, "height": 704.0, "batch": 121.0, "fps": 24.0}
+    assert reading.probe_values({"91": {"text": ["None"]}})["width"] is None
 
 
 def test_server_log_jobs_and_times():
@@ -57,8 +60,8 @@ def test_server_log_jobs_and_times():
            "(APIServer pid=9) INFO 11-30 [stats.py:874] | stage_gen_time_ms               | 538.299 |\n"
            "(APIServer pid=9) INFO 11-30 [serving_video.py:347] Video response encoding (MP4 bytes): 21.92 ms\n"
            '\x1b[32m(APIServer pid=9) INFO:     127.0.0.1:2 - "POST /v1/videos HTTP/1.1" 400 Bad\x1b[0m\n')
-    assert drv.count_jobs(log) == 2
-    assert drv.server_times(log) == [{"stage_gen_s": 0.538299, "mp4_encode_s": 0.02192, "server_s": 0.5602}]
+    assert reading.count_jobs(log) == 2
+    assert reading.server_times(log) == [{"stage_gen_s": 0.538299, "mp4_encode_s": 0.02192, "server_s": 0.5602}]
 
 
 def test_websocket_events_summarized_per_node():
@@ -71,7 +74,7 @@ def test_websocket_events_summarized_per_node():
         {"type": "text", "node": "5", "text": "Step 7/8, 17s elapsed"},
         {"type": "text", "node": "5", "text": "Done: 121 frames 1280x704 at 24 fps in 30.1s"},
     ]
-    got = drv.summarize_progress(events, "5")
+    got = reading.summarize_progress(events, "5")
     assert got == {"progress_events": 2, "progress_last": [8, 8], "texts": 4, "first_text": "Checking the request",
                    "last_text": "Done: 121 frames 1280x704 at 24 fps in 30.1s", "denoise_steps_seen": [1, 7]}
 
@@ -83,23 +86,23 @@ def test_executed_and_cached_nodes_of_one_prompt():
         {"type": "executing", "data": {"prompt_id": "b", "node": "4"}},
         {"type": "executing", "data": {"prompt_id": "a", "node": None}},
     ]
-    assert drv.executed_nodes(events, "a") == (["5"], ["2", "3", "4"])
+    assert reading.executed_nodes(events, "a") == (["5"], ["2", "3", "4"])
 
 
 def test_binary_text_event_decoded():
-    raw = struct.pack(">I", drv.TEXT_EVENT) + struct.pack(">I", 1) + b"5" + "Step 3/40".encode()
-    assert drv._binary_event(raw) == {"type": "text", "data": {}, "node": "5", "text": "Step 3/40"}
-    assert drv._binary_event(struct.pack(">I", 1) + b"\x00" * 8)["type"] == "binary1"
+    raw = struct.pack(">I", reading.TEXT_EVENT) + struct.pack(">I", 1) + b"5" + "Step 3/40".encode()
+    assert reading.binary_event(raw) == {"type": "text", "data": {}, "node": "5", "text": "Step 3/40"}
+    assert reading.binary_event(struct.pack(">I", 1) + b"\x00" * 8)["type"] == "binary1"
 
 
 def test_verdict_fails_on_a_failed_or_skipped_check():
-    ok = drv.verdict({"checks": {"t2v": {"ok": True}, "kill": {"ok": True}}})
+    ok = reading.verdict({"checks": {"t2v": {"ok": True}, "kill": {"ok": True}}})
     assert ok["all_ok"] is True and ok["failed"] == []
-    bad = drv.verdict({"checks": {"t2v": {"ok": True}, "cancel": {"ok": False}}})
+    bad = reading.verdict({"checks": {"t2v": {"ok": True}, "cancel": {"ok": False}}})
     assert bad["all_ok"] is False and bad["failed"] == ["cancel"]
-    skipped = drv.verdict({"checks": {"t2v": {"ok": True}, "kill": {"ok": None, "skipped": "time"}}})
+    skipped = reading.verdict({"checks": {"t2v": {"ok": True}, "kill": {"ok": None, "skipped": "time"}}})
     assert skipped["all_ok"] is False and skipped["failed"] == []
-    assert drv.verdict({"checks": {}})["all_ok"] is False
+    assert reading.verdict({"checks": {}})["all_ok"] is False
     json.dumps(skipped)
 
 
@@ -119,9 +122,9 @@ def test_server_env_var_reads_one_name_only():
                              stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "up"
-        assert drv.server_env_var(child.pid, "GPU_E2E_PROBE") == "backend:cudaMallocAsync"
-        assert drv.server_env_var(child.pid, "GPU_E2E_PROBE_NOT_SET") is None
+        assert process.server_env_var(child.pid, "GPU_E2E_PROBE") == "backend:cudaMallocAsync"
+        assert process.server_env_var(child.pid, "GPU_E2E_PROBE_NOT_SET") is None
     finally:
         child.kill()
         child.wait()
-    assert drv.server_env_var(child.pid, "PATH") is None   # reaped: no such process
+    assert process.server_env_var(child.pid, "PATH") is None   # reaped: no such process

@@ -17,7 +17,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 try:
-    from bench.gpu import common, levers, native, report
+    from bench.gpu import common, graphs, levers, report
 finally:
     sys.path.remove(str(REPO))      # the repo root holds top-level names (server, nodes) ComfyUI also uses
 
@@ -64,31 +64,31 @@ def test_psnr_is_inf_for_identical_frames_none_for_other_shapes_and_20log_for_a_
 
 
 def test_easycache_sits_between_the_model_patch_and_the_sampler():
-    g = native.native_prompt(REQUEST, easycache=native.EASYCACHE)
+    g = graphs.native_prompt(REQUEST, easycache=graphs.EASYCACHE)
     assert g["49"]["class_type"] == "EasyCache" and g["49"]["inputs"]["model"] == ["48", 0]
-    assert g[native.KSAMPLER]["inputs"]["model"] == ["49", 0]
-    assert {k: v for k, v in g["49"]["inputs"].items() if k != "model"} == native.EASYCACHE
-    plain = native.native_prompt(REQUEST)
-    assert "49" not in plain and plain[native.KSAMPLER]["inputs"]["model"] == ["48", 0]
+    assert g[graphs.KSAMPLER]["inputs"]["model"] == ["49", 0]
+    assert {k: v for k, v in g["49"]["inputs"].items() if k != "model"} == graphs.EASYCACHE
+    plain = graphs.native_prompt(REQUEST)
+    assert "49" not in plain and plain[graphs.KSAMPLER]["inputs"]["model"] == ["48", 0]
 
 
 def test_fp8_variants_load_the_unet_as_fp8_e4m3fn():
-    for name, v in native.NATIVE_VARIANTS.items():
-        g = native.native_prompt(REQUEST, weight_dtype=v.get("weight_dtype", "default"), easycache=v.get("easycache"))
+    for name, v in graphs.NATIVE_VARIANTS.items():
+        g = graphs.native_prompt(REQUEST, weight_dtype=v.get("weight_dtype", "default"), easycache=v.get("easycache"))
         assert (g["37"]["inputs"]["weight_dtype"] == "fp8_e4m3fn") is ("fp8" in name)
 
 
 def test_the_frame_sample_saves_four_middle_frames_of_the_image_output():
-    g = native.sample_frames(native.native_prompt(REQUEST), [native.DECODE, 0], "bench/x-default-20", 121)
-    assert g["94"]["inputs"] == {"image": [native.DECODE, 0], "batch_index": 40, "length": 4}
+    g = graphs.sample_frames(graphs.native_prompt(REQUEST), [graphs.DECODE, 0], "bench/x-default-20", 121)
+    assert g["94"]["inputs"] == {"image": [graphs.DECODE, 0], "batch_index": 40, "length": 4}
     assert g["95"] == {"class_type": "SaveImage", "inputs": {"images": ["94", 0], "filename_prefix": "bench/x-default-20"}}
-    short = native.sample_frames(native.native_prompt(dict(REQUEST, frames=5)), [native.DECODE, 0], "p", 5)
+    short = graphs.sample_frames(graphs.native_prompt(dict(REQUEST, frames=5)), [graphs.DECODE, 0], "p", 5)
     assert short["94"]["inputs"]["batch_index"] == 1 and short["94"]["inputs"]["length"] == 4
 
 
 def test_our_variants_are_serving_config_values_with_exactly_these_settings():
     widgets = {f.name for f in dataclasses.fields(ServingChoice)}
-    for v in native.OURS_VARIANTS.values():
+    for v in graphs.OURS_VARIANTS.values():
         assert set(v) <= widgets
         assert (v["parallel_mode"], v["offload"], v["vae_tiling"]) == ("none", "none", False)   # no planner choice
 

@@ -142,30 +142,6 @@ def test_generate_at_guidance_1_on_an_explicit_cfg_server_keeps_it_and_notes_the
 
 
 # ----------------------------------------------------------------------------- Local Server reads the queued prompt
-def _prompt(*generate_inputs: dict) -> dict:
-    """A queued API prompt: Local Server "3" feeding Generate Video nodes (and a Server Status)."""
-    prompt = {"3": {"class_type": "VLLMOmniLocalServer", "inputs": {"model": ["1", 0], "serving": ["2", 0]}},
-              "9": {"class_type": "VLLMOmniServerStatus", "inputs": {"server": ["3", 0]}}}
-    for i, inputs in enumerate(generate_inputs):
-        prompt[str(10 + i)] = {"class_type": "VLLMOmniGenerateVideo",
-                               "inputs": {"server": ["3", 0], "prompt": "a cat", **inputs}}
-    return prompt
-
-
-@pytest.mark.parametrize("jobs, runs", [
-    ([{"guidance": 1.0, "guidance_2": 1.0}], False),                       # the distill template's values
-    ([{"guidance": 1.0, "guidance_2": -1.0}], True),                       # low-noise expert: the model's 3.0
-    ([{"guidance": -1.0, "guidance_2": -1.0}], True),                      # the model's recommended CFG
-    ([{"guidance": 1.0, "guidance_2": 1.0}, {"guidance": 4.0, "guidance_2": 3.0}], True),   # one job needs CFG
-    ([{"guidance": ["20", 0], "guidance_2": 1.0}], True),                  # linked: unknown until it runs
-    ([], True),                                                            # no job node: the server default
-])
-def test_local_server_plans_for_the_guidance_of_the_generate_nodes_it_feeds(jobs, runs):
-    model = ModelChoice(A14B.hf_id, A14B.key)
-    assert session._jobs_run_cfg(_prompt(*jobs), "3", model) is runs
-    assert session._jobs_run_cfg(None, "3", model) is True
-
-
 def test_local_server_asks_comfyui_for_the_queued_prompt():
     from vllm_omni_launcher.nodes import NODES
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+from manual_clock import Clock
 from vllm_omni_launcher.server.logs.logwatch import LOADING, STARTING, ProgressTracker
 from vllm_omni_launcher.server.supervision.cancel_policy import LaunchClock
 from vllm_omni_launcher.server.supervision.keep_alive import KeepAlive
@@ -11,14 +12,6 @@ from vllm_omni_launcher.server.supervision.log_events import VERSION_NOTE, LogEv
 from vllm_omni_launcher.server.supervision.status import StatusBoard
 
 OOM = "(Worker pid=12) ERROR torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _board() -> StatusBoard:

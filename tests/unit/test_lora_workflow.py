@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from comfy_standin import run_node
 from vllm_omni_launcher.errors import LauncherError
-from vllm_omni_launcher.nodes import generate_node
+from vllm_omni_launcher.nodes import NODES, session
+from vllm_omni_launcher.nodes.handles import ServerHandle
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = "wan22_t2v_a14b_4step_lora"
@@ -41,12 +43,29 @@ def test_distill_template_runs_4_steps_guidance_1_on_both_experts_euler_on_ulyss
 
 
 def test_interpolation_widgets_need_a_listed_rife_folder(tmp_path, monkeypatch):
-    assert generate_node.interpolation_for("off", generate_node.NO_MODEL) is None
+    assert session.interpolation_for("off", session.NO_MODEL) is None
     (tmp_path / "rife").mkdir()
     (tmp_path / "rife" / "flownet.pkl").write_bytes(b"x")
-    monkeypatch.setattr(generate_node.comfy_bridge, "interpolation_models", lambda: {"rife": tmp_path / "rife"})
-    x4 = generate_node.interpolation_for("x4", "rife")
+    monkeypatch.setattr(session.comfy_bridge, "interpolation_models", lambda: {"rife": tmp_path / "rife"})
+    x4 = session.interpolation_for("x4", "rife")
     assert (x4.exp, x4.multiplier, x4.model_path) == (2, 4, str(tmp_path / "rife"))
-    for choice, model in (("x2", generate_node.NO_MODEL), ("x2", "/etc"), ("x3", "rife")):
-        with pytest.raises(LauncherError):
-            generate_node.interpolation_for(choice, model)
+    for model in (session.NO_MODEL, "/etc"):
+        with pytest.raises(LauncherError) as err:
+            session.interpolation_for("x2", model)
+        assert err.value.what == f"Frame interpolation model '{model}' is not available"
+
+
+@pytest.mark.parametrize("node_id", ["VLLMOmniGenerateVideo", "VLLMOmniGenerateBatch"])
+def test_an_unknown_interpolation_choice_is_refused_by_the_nodes_input_check(node_id, monkeypatch):
+    # interpolation_for takes INTERPOLATION's keys only: the node's input check (nodes/schema.py) refuses
+    # any other value, linked ones included, before the node's work begins
+    monkeypatch.setattr(session, "build_request", lambda *a, **k: pytest.fail("the node ran"))
+    values = {i.name: i.default for i in NODES[node_id].inputs() if not i.optional or i.default is not None}
+    values.update(server=ServerHandle("remote", "http://127.0.0.1:1", "m", "ti2v_5b"), frame_interpolation="x3")
+    values["prompts" if "prompts" in values else "prompt"] = "a fox"
+    with pytest.raises(LauncherError) as err:
+        run_node(node_id, **values)
+    name = NODES[node_id].display_name
+    assert (err.value.what, err.value.why) == (f"{name}: input 'frame_interpolation' got the string \"x3\"",
+                                               "'frame_interpolation' takes one of: off, x2, x4")
+    assert err.value.setting == "frame_interpolation"

@@ -17,6 +17,7 @@ from vllm_omni_launcher.errors import LauncherError
 from vllm_omni_launcher.models import FAMILIES, find_local_models, request_for
 from vllm_omni_launcher.nodes import NODES, comfy_bridge, progress, session
 from vllm_omni_launcher.nodes.handles import ServerHandle
+from vllm_omni_launcher.server.config.remote_servers import USE_URL
 
 TI2V_INDEX = {"_class_name": "WanPipeline", "expand_timesteps": True}
 T2V_INDEX = {"_class_name": "WanPipeline"}
@@ -90,9 +91,9 @@ def test_caching_keys_keep_an_unchanged_graph_cached():
     assert [n for n in NODES.values() if n.fingerprint is not None and not n.output_node] == [NODES[
         "VLLMOmniRemoteServer"]]                                        # Local Server and the rest: inputs only
     remote = NODES["VLLMOmniRemoteServer"].fingerprint
-    first = remote(url="http://127.0.0.1:8091", model_family="ti2v_5b", remote_server=session.USE_URL)
+    first = remote(url="http://127.0.0.1:8091", model_family="ti2v_5b", remote_server=USE_URL)
     assert first == "http://127.0.0.1:8091"                             # stable, and not NaN
-    assert remote(url="http://127.0.0.1:8091", model_family="ti2v_5b", remote_server=session.USE_URL) == first
+    assert remote(url="http://127.0.0.1:8091", model_family="ti2v_5b", remote_server=USE_URL) == first
     assert remote(url="http://127.0.0.1:9999", model_family="ti2v_5b") != first
     for node_id in ("VLLMOmniStopServer", "VLLMOmniServerStatus", "VLLMOmniDoctor"):
         node = NODES[node_id]
@@ -188,7 +189,7 @@ def recording(tmp_path, monkeypatch):
 
 def test_remote_server_offers_configured_servers_and_sends_their_key(recording):
     remote_server = NODES["VLLMOmniRemoteServer"].inputs()[-1]
-    assert remote_server.name == "remote_server" and remote_server.choices() == [session.USE_URL, "box"]
+    assert remote_server.name == "remote_server" and remote_server.choices() == [USE_URL, "box"]
     with ComfyStandIn() as comfy:
         handle = run_node("VLLMOmniRemoteServer", "http://ignored.invalid", "ti2v_5b", "box", unique_id="2")[0]
     assert recording.auth == ["Bearer k"]
@@ -289,13 +290,6 @@ def test_remote_progress_shows_elapsed_time_and_grows_past_the_estimate():
     assert texts[-1] == "Running 1:00: longer than the ~20s earlier jobs took here, so no time left can be estimated"
     bar = [value for value, _ in comfy.progress]
     assert bar == sorted(bar) and bar[-1] < progress.REMOTE_BAR and bar[-1] > bar[len(bar) // 2]
-
-
-def test_estimated_fraction_is_continuous_monotone_and_never_done():
-    values = [progress.estimated_fraction(t / 10, 20.0) for t in range(0, 2000)]
-    assert all(b >= a for a, b in zip(values, values[1:])) and max(values) < 1.0
-    assert abs(progress.estimated_fraction(16.0, 20.0) - 0.8) < 1e-9
-    assert abs(progress.estimated_fraction(16.001, 20.0) - progress.estimated_fraction(15.999, 20.0)) < 1e-3
 
 
 # --------------------------------------------------------------------------- requests

@@ -5,17 +5,10 @@ restarts in 30 minutes, the delay growing 1, 2, 5, 10, 30, then 60 s), written o
 than read back from restart_policy.py, so that a changed constant fails a test."""
 from __future__ import annotations
 
+from manual_clock import Clock
 from vllm_omni_launcher.server.supervision.restart_policy import RestartPolicy
 
 MINUTE = 60.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_backoff_grows_then_the_policy_gives_up() -> None:

@@ -2,7 +2,8 @@
 lines: each one (tests/contract/upstream_lines.py) is logged by its module in the installed 0.30
 and, where the 0.26 line has it, in the 0.26 wheel; a reworded copy is caught; every line the
 stub emits is one of them; and the lines the log parser reads its startup phases from give the
-phases it means."""
+phases it means. The lines upstream's API layer prints itself and the parser reads (SERVED_LINES:
+the stored-MP4 line, the client's last fast-poll hint) are checked in both lines the same way."""
 from __future__ import annotations
 
 import ast
@@ -13,12 +14,14 @@ from typing import Callable
 import pytest
 
 import upstream_lines
-from upstream_lines import LINES, MissingUpstreamLine, UpstreamLine
+from upstream_lines import LINES, SERVED_LINES, MissingUpstreamLine, UpstreamLine
+from vllm_omni_launcher.client.poll_window import Hint
 from vllm_omni_launcher.server.launch.versions import SUPPORTED
 from vllm_omni_launcher.server.logs import logwatch
 
 STUB = Path(upstream_lines.__file__).with_name("stub_vllm_serve.py")
 OLDER_LINE = SUPPORTED[0]
+CHECKED = {**LINES, **SERVED_LINES}
 
 
 @pytest.fixture(scope="module")
@@ -59,16 +62,16 @@ def test_the_wheel_is_the_older_supported_line_and_the_one_run_sh_downloads() ->
         ".pytest_cache", "upstream-wheels")
 
 
-@pytest.mark.parametrize("key", sorted(LINES))
+@pytest.mark.parametrize("key", sorted(CHECKED))
 def test_every_copied_line_is_logged_by_its_module_in_0_30(installed, key: str) -> None:
-    line = LINES[key]
-    assert installed.line_of(line.module, line.message) > 0
+    line = CHECKED[key]
+    assert installed.line_of(line.module_in((0, 30)), line.message) > 0
 
 
-@pytest.mark.parametrize("key", sorted(k for k, line in LINES.items() if line.since <= OLDER_LINE))
+@pytest.mark.parametrize("key", sorted(k for k, line in CHECKED.items() if line.since <= OLDER_LINE))
 def test_every_copied_line_the_0_26_line_has_is_logged_by_its_module_there(wheel_0_26, key: str) -> None:
-    line = LINES[key]
-    assert wheel_0_26.line_of(line.module, line.message) > 0
+    line = CHECKED[key]
+    assert wheel_0_26.line_of(line.module_in(OLDER_LINE), line.message) > 0
 
 
 def test_the_line_recorded_is_the_logging_calls_first_line_as_in_a_real_log(wheel_0_26) -> None:
@@ -76,9 +79,10 @@ def test_the_line_recorded_is_the_logging_calls_first_line_as_in_a_real_log(whee
     real_log = (Path(__file__).resolve().parents[1] / "fixtures" / "logs" /
                 "vllm-omni-0.26-serve-ti2v-tiny-1gpu.log").read_text()
     for key, where in (("weights_loaded", "diffusers_loader.py"), ("model_loaded_size", "diffusion_model_runner.py"),
-                       ("worker_initialized", "diffusion_worker.py"), ("lazy_compile", "diffusion_model_runner.py")):
-        line = LINES[key]
-        assert f"[{where}:{wheel_0_26.line_of(line.module, line.message)}]" in real_log, key
+                       ("worker_initialized", "diffusion_worker.py"), ("lazy_compile", "diffusion_model_runner.py"),
+                       ("video_stored", "api_server.py")):
+        line = CHECKED[key]
+        assert f"[{where}:{wheel_0_26.line_of(line.module_in(OLDER_LINE), line.message)}]" in real_log, key
 
 
 @pytest.mark.parametrize("wrong", [
@@ -127,6 +131,7 @@ def _emitted_keys() -> list[str]:
 def test_every_line_the_stub_emits_is_a_checked_one_and_every_checked_one_is_emitted() -> None:
     keys = _emitted_keys()
     assert set(keys) <= set(LINES), set(keys) - set(LINES)
+    assert not set(SERVED_LINES) & set(LINES), "upstream's API layer prints these in the stub: never copied"
     assert set(keys) == set(LINES), f"declared but never printed: {set(LINES) - set(keys)}"
     assert "makeRecord" in STUB.read_text() and STUB.read_text().count("makeRecord(") == 1, \
         "the stub makes upstream log records in WorkerLog.emit only"
@@ -143,3 +148,14 @@ def test_the_parser_reads_its_phases_from_the_upstream_lines(key, args, phase, t
     printed = "INFO 12-02 10:00:00 [diffusion_model_runner.py:242] " + LINES[key].message % args
     change = logwatch.parse_phase(printed)
     assert change is not None and (change.phase, change.text) == (phase, text)
+
+
+def test_the_parser_reads_the_stored_line_as_the_job_completing_next() -> None:
+    """Upstream's stored-MP4 line, as 0.30's helpers.py prints it, after a run's last step: the STORED hint."""
+    tracker = logwatch.ProgressTracker()
+    tracker.mark_server_up()
+    tracker.feed("100%|██████████| 4/4 [00:07<00:00,  1.76s/it]")
+    job = "video_gen_0123456789abcdef0123456789abcdef"
+    printed = "(APIServer pid=914) INFO 12-02 10:00:00 [helpers.py:432] " + SERVED_LINES["video_stored"].message % (
+        job, job)
+    assert tracker.feed(printed) and tracker.current().hint_after(0) == Hint.STORED
