@@ -89,13 +89,31 @@ def server_times(log_text: str) -> list[dict[str, float]]:
     return out
 
 
+def bar_positions(events: list[dict], node: str) -> list[list[float]]:
+    """The node's progress bar as [value, max], in order, repeats dropped. ComfyUI 0.3.64 sends a V3
+    node's `set_progress` only as `progress_state` (every non-pending node's state, per update:
+    comfy_execution/progress.py WebUIProgressHandler); the legacy `progress` event comes only from
+    comfy.utils.ProgressBar's hook (main.py hijack_progress). The front end draws the bar from either."""
+    bars: list[list[float]] = []
+    for e in events:
+        if e["type"] == "progress" and str(e["data"].get("node")) == node:
+            bar = [e["data"].get("value"), e["data"].get("max")]
+        elif e["type"] == "progress_state" and node in (e["data"].get("nodes") or {}):
+            state = e["data"]["nodes"][node]
+            bar = [state.get("value"), state.get("max")]
+        else:
+            continue
+        if not bars or bars[-1] != bar:
+            bars.append(bar)
+    return bars
+
+
 def summarize_progress(events: list[dict], node: str) -> dict[str, Any]:
-    """What the websocket showed for one node: progress events and its text messages."""
-    prog = [e for e in events if e["type"] == "progress" and str(e["data"].get("node")) == node]
+    """What the websocket showed for one node: its bar positions and its text messages."""
+    bars = bar_positions(events, node)
     texts = [e["text"] for e in events if e["type"] == "text" and e["node"] == node]
     steps = sorted({int(m.group(1)) for t in texts for m in [STEP.search(t)] if m and "Step" in t})
-    return {"progress_events": len(prog),
-            "progress_last": None if not prog else [prog[-1]["data"].get("value"), prog[-1]["data"].get("max")],
+    return {"progress_events": len(bars), "progress_last": bars[-1] if bars else None,
             "texts": len(texts), "first_text": texts[0] if texts else None, "last_text": texts[-1] if texts else None,
             "denoise_steps_seen": steps}
 

@@ -3,9 +3,9 @@ the launcher starts the vLLM-Omni server, and we watch what a user would see.
 
 Runs on the GPU machine under ComfyUI's own python (bench/gpu_session.sh sets it up), and on a
 CPU box with ``--cpu`` against the stub server (the rehearsal). Drives ComfyUI only over its
-HTTP API (``/prompt``, ``/history``, ``/view``, ``/interrupt``) and its websocket (``/ws``:
-``progress``, ``executing``, ``execution_cached``, ``execution_interrupted`` and the binary
-text events our nodes send). Checks (issue 15's numbering):
+HTTP API (``/prompt``, ``/history``, ``/view``, ``/interrupt``) and its websocket (``/ws``: the
+node's bar as ``progress_state`` / ``progress``, ``executing``, ``execution_cached``,
+``execution_interrupted`` and the binary text events our nodes send). Checks (issue 15's numbering):
 
 1. ``t2v``: the TI2V text-to-video template, model ``local/<folder>``, serving ``auto``: the
    plan text, per-step progress, IMAGE [F,H,W,3] (Get Image Size -> Preview Any, and frame 0

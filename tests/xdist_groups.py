@@ -39,23 +39,25 @@ GROUPS_FILE_ENV = "PYTEST_VLLM_OMNI_XDIST_GROUPS"   # set by the controller, rea
 # only the slow ones matter.  A scope counts each prefix once, so list a file whose tests
 # run as one group (a module fixture, a shared stub), and single tests otherwise.  Re-measure
 # when a slow test changes a lot; a stale entry costs only order.
-_C, _SUP = "tests/contract/", "tests/contract/test_supervisor.py::"
+_C = "tests/contract/"
+_FAULTS, _LIFE = _C + "test_supervisor_faults.py::", _C + "test_supervisor_lifecycle.py::"
 KNOWN_COST_S: dict[str, float] = {
     # groups (one worker each): the shared stubs' modules, the resolver's, a module's own server
-    _C + "test_stub_server.py": 200, _C + "test_client_stub.py": 130,
+    _C + "test_stub_server_shared_stubs.py": 100, _C + "test_stub_server_own_stubs.py": 100,
+    _C + "test_client_stub.py": 130,
     _C + "test_spec_contract.py": 80, _C + "test_cancel_stub.py": 80,
     _C + "test_nodes_stub.py::test_local_server_handle_is_small_and_secret_free": 80,
     _C + "test_nodes_stub.py::test_generate_starts_a_stopped_local_server_again_without_rerunning_local_server": 50,
     _C + "test_lora_contract.py::test_per_request_lora_keeps_the_server_and_a_fused_one_restarts_it": 80,
     "tests/unit/test_template_run_on_stub.py::test_ti2v_text_to_video_template_runs_end_to_end_on_the_stub_server": 110,
     # single tests that start servers of their own
-    _SUP + "test_keep_alive_then_spec_changes_stop_overlapping_servers": 120,
-    _SUP + "test_slow_load_progress_hard_cancel_and_crash_restart": 110,
-    _SUP + "test_oom_in_job_keeps_the_server_and_a_hang_restarts_it": 100,
-    _SUP + "test_left_behind_servers_are_adopted_or_stopped": 55,
-    _SUP + "test_cancel_while_loading_stops_everything_within_2s": 40,
-    _SUP + "test_server_dies_with_its_sigkilled_owner": 40,
-    _SUP + "test_serve_cli_notifies_systemd_and_its_sigterm_stop_leaves_nothing_to_kill": 40,
+    _LIFE + "test_keep_alive_then_spec_changes_stop_overlapping_servers": 120,
+    _FAULTS + "test_slow_load_progress_hard_cancel_and_crash_restart": 110,
+    _FAULTS + "test_oom_in_job_keeps_the_server_and_a_hang_restarts_it": 100,
+    _LIFE + "test_left_behind_servers_are_adopted_or_stopped": 55,
+    _FAULTS + "test_cancel_while_loading_stops_everything_within_2s": 40,
+    _LIFE + "test_server_dies_with_its_sigkilled_owner": 40,
+    _LIFE + "test_serve_cli_notifies_systemd_and_its_sigterm_stop_leaves_nothing_to_kill": 40,
     _C + "test_replicas_supervised.py::test_a_dead_replica_restarts_the_server_and_stop_leaves_nothing": 120,
     _C + "test_join_head.py": 670,
     _C + "test_generate_pipelines_cli.py::test_vace_follows_a_control_video_file_and_returns_its_frames": 35,

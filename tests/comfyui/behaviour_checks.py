@@ -129,7 +129,11 @@ def executed_nodes(prompt: dict, entry: dict) -> list[str]:
 
 
 def run_to_success(comfy: ComfyUI, prompt: dict, timeout: float = 900.0) -> dict:
-    prompt_id = comfy.queue(prompt)
+    return run_queued(comfy, comfy.queue(prompt), timeout)
+
+
+def run_queued(comfy: ComfyUI, prompt_id: str, timeout: float = 900.0) -> dict:
+    """Wait for a queued prompt; its /history entry (AssertionError with ComfyUI's log unless it succeeded)."""
     entry = comfy.wait_history(prompt_id, timeout=timeout, poll=0.25)
     st = entry["status"]
     assert st["status_str"] == "success" and st["completed"], \

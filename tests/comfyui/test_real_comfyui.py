@@ -111,6 +111,23 @@ def test_ti2v_text_to_video_template_makes_a_video_in_comfyuis_output_folder(com
     assert report["frames"] == real.TINY["frames"] and report["bytes"] > 0
 
 
+def test_generate_video_sends_each_denoise_step_to_the_websocket_as_the_nodes_bar(comfy):
+    """ComfyUI 0.3.64 sends a V3 node's set_progress as `progress_state` only (no `progress`); the bench's
+    reader (bench/comfyui_e2e_reading.py) must see the steps in what the browser gets."""
+    sys.path.insert(0, str(HERE.parents[1] / "bench"))
+    from comfyui_e2e_reading import bar_positions
+    from comfyui_process import Websocket
+    client_id, steps = f"progress-{os.getpid()}", 6
+    ws = Websocket(comfy.url, client_id)
+    try:
+        prompt = bc.ti2v_prompt(seed=4004, steps=steps)
+        bc.run_queued(comfy, comfy.queue(prompt, client_id))
+        bars = bar_positions(ws.snapshot(), bc.node_of(prompt, "VLLMOmniGenerateVideo"))
+    finally:
+        ws.close()
+    assert [b for b in bars if b[1] == steps and 0 < b[0] < steps] and bars[-1] == [steps, steps], bars
+
+
 def test_the_same_local_graph_queued_twice_sends_one_job(comfy, logs):
     report = bc.check_same_graph_twice(comfy, logs.jobs, bc.ti2v_prompt(seed=1001))
     assert report["jobs"] == 1

@@ -4,7 +4,7 @@ The stub, like upstream, keeps denoising a running job after its DELETE. With fi
 step (VLLM_OMNI_STUB_STEP_S), a job with a few steps left drains (a restart costs this
 server's measured start, tens of seconds), and one with hundreds left gets the server
 restarted (at most 200 steps, upstream's limit). One stub start serves both sides of the break-even; the grace is 2 s here.
-The restart is checked up to the new process's start (its readiness is test_supervisor.py's).
+The restart is checked up to the new process's start (its readiness is test_supervisor_faults.py's).
 """
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ def test_a_cancel_with_more_denoise_left_than_a_restart_restarts(sup: Supervisor
     wait_for(lambda: sup.generation == generation + 1, 60, "the restart to begin")
     # The decision and its effect: the busy process is gone and a new one is starting.  That
     # relaunch becoming ready is not waited for (a vLLM import of its own): the same hard-cancel
-    # restart is proven ready by test_supervisor.py::test_slow_load_progress_hard_cancel_and_crash_restart.
+    # restart is proven ready by test_supervisor_faults.py::test_slow_load_progress_hard_cancel_and_crash_restart.
     wait_for(lambda: (p := sup.status().pid) is not None and p != pid, 60, "the new server process")
     assert not alive(pid)
     status = sup.status()

@@ -276,7 +276,7 @@ def test_cancel_deletes_the_job_and_restarts_a_server_still_busy(tmp_path, monke
             assert sup.generation == generation + 1
             assert "still running on the GPU" in (sup.status().restart_reason or "")
             # The busy process is gone; the relaunch becoming ready is not waited for (a vLLM import
-            # of its own): test_supervisor.py's hard-cancel restart proves that path ready.
+            # of its own): test_supervisor_faults.py's hard-cancel restart proves that path ready.
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and sup.status().pid in (None, busy_pid):
                 time.sleep(0.2)

@@ -91,7 +91,7 @@ def test_a_dead_replica_restarts_the_server_and_stop_leaves_nothing(data_dir: Pa
         # The restart: the whole old group goes and a new server process starts.  Generation 2 is not
         # waited for to be ready (three more vLLM imports, one after the other): the relaunch after a
         # dead replica is Recovery._restart_after(failure, "crash") -> _relaunch -> Starter._once, the
-        # same path that test_supervisor.py::test_oom_in_job_keeps_the_server_and_a_hang_restarts_it
+        # same path that test_supervisor_faults.py::test_oom_in_job_keeps_the_server_and_a_hang_restarts_it
         # proves ready, counted, "Restarted after: ..." and serving jobs; and each ready generation has its
         # replica processes recorded (Recovery.watch_ready), which generation 1
         # above proves.

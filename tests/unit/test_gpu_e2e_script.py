@@ -79,6 +79,17 @@ def test_websocket_events_summarized_per_node():
                    "last_text": "Done: 121 frames 1280x704 at 24 fps in 30.1s", "denoise_steps_seen": [1, 7]}
 
 
+def test_a_v3_nodes_bar_is_read_from_progress_state_events():
+    def state(**nodes):
+        return {"type": "progress_state", "data": {"prompt_id": "a", "nodes": {
+            n: {"value": v, "max": m, "state": s, "node_id": n} for n, (v, m, s) in nodes.items()}}}
+    events = [state(**{"5": (0, 1, "running")}), state(**{"5": (3, 8, "running")}),
+              state(**{"4": (1, 1, "finished"), "5": (3, 8, "running")}),
+              state(**{"5": (8, 8, "finished")}), state(**{"5": (8, 8, "finished"), "9": (0, 1, "running")})]
+    got = reading.summarize_progress(events, "5")
+    assert (got["progress_events"], got["progress_last"]) == (3, [8, 8])
+
+
 def test_executed_and_cached_nodes_of_one_prompt():
     events = [
         {"type": "execution_cached", "data": {"prompt_id": "a", "nodes": ["2", "3", "4"]}},

@@ -3,7 +3,7 @@
 The "server" here is a fault: a process that ignores SIGINT/SIGTERM, has a child that does
 too, never answers HTTP and (optionally) keeps writing a download into the Hugging Face
 cache, so the cancel must escalate to SIGKILL of the whole group. The real-server version
-(cancel while the stub loads weights) is in tests/contract/test_supervisor.py.
+(cancel while the stub loads weights) is in tests/contract/test_supervisor_faults.py.
 """
 from __future__ import annotations
 

@@ -20,6 +20,8 @@ from vllm_omni_launcher.server.launch.versions import SUPPORTED
 from vllm_omni_launcher.server.logs import logwatch
 
 STUB = Path(upstream_lines.__file__).with_name("stub_vllm_serve.py")
+# the stub's source: its entry point and the modules it is split into (stub_serve_*.py)
+STUB_SOURCE = "\n".join(p.read_text() for p in [STUB, *sorted(STUB.parent.glob("stub_serve_*.py"))])
 OLDER_LINE = SUPPORTED[0]
 CHECKED = {**LINES, **SERVED_LINES}
 
@@ -117,7 +119,7 @@ def test_placeholders_and_fstring_fields_compare_as_one_kind_of_hole() -> None:
 def _emitted_keys() -> list[str]:
     """The first argument of every `.emit(...)` call in the stub."""
     keys = []
-    for node in ast.walk(ast.parse(STUB.read_text())):
+    for node in ast.walk(ast.parse(STUB_SOURCE)):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "emit":
             first = node.args[0]
             if isinstance(first, ast.IfExp):
@@ -133,7 +135,7 @@ def test_every_line_the_stub_emits_is_a_checked_one_and_every_checked_one_is_emi
     assert set(keys) <= set(LINES), set(keys) - set(LINES)
     assert not set(SERVED_LINES) & set(LINES), "upstream's API layer prints these in the stub: never copied"
     assert set(keys) == set(LINES), f"declared but never printed: {set(LINES) - set(keys)}"
-    assert "makeRecord" in STUB.read_text() and STUB.read_text().count("makeRecord(") == 1, \
+    assert STUB_SOURCE.count("makeRecord(") == 1, \
         "the stub makes upstream log records in WorkerLog.emit only"
 
 

@@ -11,7 +11,7 @@
 * `notify` sends one datagram to `$NOTIFY_SOCKET` (a path or an abstract name), collapses newlines,
   and is a quiet no-op without systemd or when the socket is gone.
 The supervision under systemd's signals (SIGTERM to the launcher, SIGKILL to what is left) is
-tests/contract/test_supervisor.py's serve test; a real systemd run is docs/deploy/check_systemd_unit.sh.
+tests/contract/test_supervisor_lifecycle.py's serve test; a real systemd run is docs/deploy/check_systemd_unit.sh.
 """
 from __future__ import annotations
 

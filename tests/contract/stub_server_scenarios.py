@@ -1,16 +1,20 @@
-"""The stub vLLM-Omni server (stub_vllm_serve.py) behaves like ``vllm serve MODEL --omni``.
+"""The scenarios the stub server's contract tests assert on, and the runner that starts them.
 
-Runs under the ComfyUI-side python (no vllm); each stub runs under the server python from
+The tests (test_stub_server_shared_stubs.py, test_stub_server_own_stubs.py) check that the stub
+vLLM-Omni server (stub_vllm_serve.py) behaves like ``vllm serve MODEL --omni``.  They run under
+the ComfyUI-side python (no vllm); each stub runs under the server python from
 ``VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON`` and the tests fail if it is unset.
 
 A stub start costs as much as importing vllm + vllm-omni, so each scenario below drives one
-stub through a short script and records what it saw; the scenarios that the selected tests
-need run concurrently (``VLLM_OMNI_STUB_TEST_PARALLEL``, default 3) when the module starts,
-and every test asserts on the record of its scenario.  The plain configurations are the
-session's shared stubs (``shared_stubs.py``), which other modules' tests may have used
-before: those scenarios read the log from where their own requests start.  The others start
-their own stub.  Every stub runs in its own process group, killed when its scenario ends
-(a shared one at the end of the session, or here when its scenario ends it).
+stub through a short script and records what it saw; the scenarios that a test module's
+selected tests need run concurrently (``VLLM_OMNI_STUB_TEST_PARALLEL``, default 3) when the
+module starts (:func:`run_needed_scenarios`), and every test asserts on the record of its
+scenario.  The plain configurations are the session's shared stubs (``shared_stubs.py``),
+which other modules' tests may have used before: those scenarios read the log from where their
+own requests start; a pooled scenario runs once a session (its last jobs leave the engine busy
+for good), so all its tests live in one module.  The others start their own stub.  Every stub
+runs in its own process group, killed when its scenario ends (a shared one at the end of the
+session, or here when its scenario ends it).
 """
 from __future__ import annotations
 
@@ -27,14 +31,13 @@ import time
 from pathlib import Path
 
 import av
-import pytest
 import requests
 from PIL import Image
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import frame_code  # noqa: E402
 import stubserver  # noqa: E402
-from shared_stubs import I2V, I2V_SPLIT, KEY, OFFLOAD_FLAGS, T2V, T2V_KEYED, TI2V, TI2V_OFFLOAD  # noqa: E402
+from shared_stubs import I2V_SPLIT, KEY, OFFLOAD_FLAGS, T2V, T2V_KEYED, TI2V, TI2V_OFFLOAD  # noqa: E402
 
 PARALLEL = int(os.environ.get("VLLM_OMNI_STUB_TEST_PARALLEL", "3"))
 HEALTH_TIMEOUT = 900.0
@@ -311,10 +314,11 @@ def _stalled_job(stub, headers: dict, extra_params: str) -> dict:
     return obs
 
 
-# --------------------------------------------------------------------------- module fixture
-@pytest.fixture(scope="module")
-def runs(request, stub_pool) -> dict:
-    here = os.path.abspath(__file__)
+# --------------------------------------------------------------------------- runner
+def run_needed_scenarios(request, stub_pool) -> dict:
+    """Run, concurrently, the scenarios that the selected tests of ``request``'s module use;
+    body of each test module's module-scoped ``runs`` fixture."""
+    here = os.path.abspath(str(request.module.__file__))
     needed = sorted({_scenario_of(item) for item in request.session.items
                      if os.path.abspath(str(getattr(item, "path", "") or item.fspath)) == here} - {None})
     results: dict = {}
@@ -341,246 +345,3 @@ def outcome(runs: dict, name: str) -> dict:
         raise result
     return result
 
-
-# --------------------------------------------------------------------------- tests: models
-@pytest.mark.parametrize("scenario_name,model", [("t2v", T2V), ("i2v", I2V), ("ti2v_with_offload", TI2V)])
-def test_starts_healthy_and_lists_the_hf_id(runs, scenario_name, model):
-    obs = outcome(runs, scenario_name)
-    assert obs["health"] == 200
-    assert [m["id"] for m in obs["models"]["data"]] == [model]
-    assert f"Detected diffusion model: {model}" in obs["log"]
-
-
-@uses("t2v")
-def test_startup_prints_the_real_phase_lines_in_order(runs):
-    log = outcome(runs, "t2v")["log"]
-    phases = ["Delegating entrypoint handling to vllm-omni", f"Detected diffusion model: {T2V}",
-              "Detected pipeline 'wan2_2_ti2v' from model_index.json (_class_name='WanPipeline')",
-              "Prefetching", "Multi-thread loading shards", "Loading weights took", "Model loading took",
-              "Model runner: Model loaded successfully.", "dummy run to warm up the model",
-              "Detected pure diffusion mode (single diffusion stage)",
-              "Starting vLLM API server (pure diffusion mode) on http://127.0.0.1:",
-              "Available routes are:", "Application startup complete."]
-    positions = [log.find(p) for p in phases]
-    assert -1 not in positions, dict(zip(phases, positions))
-    assert positions == sorted(positions)
-    assert re.search(r"Model loading took \d+\.\d{4} GiB and \d+\.\d{6} seconds", log)
-
-
-@uses("t2v")
-def test_writes_stub_pid_first(runs):
-    obs = outcome(runs, "t2v")
-    assert obs["stub_pid"] == obs["pid"]
-    assert obs["log"].startswith(f"STUB_PID={obs['pid']}\n")
-
-
-@uses("t2v")
-def test_v1_routes_need_the_api_key_but_health_does_not(runs):
-    obs = outcome(runs, "t2v")
-    assert obs["health_no_key"] == 200
-    assert obs["models_no_key"] == (401, {"error": "Unauthorized"})
-    assert obs["videos_no_key"] == 401
-
-
-@uses("t2v")
-def test_job_round_trip_frames_carry_index_and_seed(runs):
-    status, job, video = outcome(runs, "t2v")["roundtrip"]
-    assert status == 200 and job["status"] == "completed" and job["progress"] == 100
-    assert (job["num_frames"], job["fps"], job["model"]) == (5, 8.0, T2V)
-    assert (video["codec"], video["pix_fmt"], video["fps"]) == ("h264", "yuv420p", 8.0)
-    assert video["shapes"] == {(64, 64, 3)}
-    assert video["codes"] == [(i, 1234 % 256) for i in range(5)]
-
-
-@uses("t2v")
-def test_a14b_floors_size_to_16_and_frames_to_4k_plus_1(runs):
-    job, video = outcome(runs, "t2v")["floored"]
-    assert job["num_frames"] == 5
-    assert video["shapes"] == {(32, 64, 3)}
-    assert video["codes"] == [(i, 77) for i in range(5)]
-
-
-@uses("t2v")
-def test_sync_endpoint_returns_the_mp4(runs):
-    status, content_type, video = outcome(runs, "t2v")["sync"]
-    assert (status, content_type) == (200, "video/mp4")
-    assert video["codes"] == [(i, 9) for i in range(9)]
-
-
-@uses("t2v")
-def test_delete_drops_the_job_but_the_denoise_runs_to_its_end(runs):
-    obs = outcome(runs, "t2v")
-    status, body, get_after, finished_before = obs["delete"]
-    assert status == 200 and body["deleted"] is True and get_after == 404
-    assert not finished_before
-    assert "60/60" in obs["after_delete_log"]  # progress kept coming after the DELETE
-
-
-@uses("t2v")
-def test_sigterm_exits_cleanly_with_its_process_group(runs):
-    obs = outcome(runs, "t2v")
-    assert obs["sigterm_rc"] == 0
-    assert obs["group_left"] == []
-    assert "Application shutdown complete." in obs["log"]
-
-
-@uses("t2v")
-def test_denoise_progress_is_real_tqdm(runs):
-    log = outcome(runs, "t2v")["log"]
-    assert re.search(r"\r  0%\|          \| 0/2 \[00:00<\?, \?it/s\]", log)
-    assert re.search(r"\r100%\|██████████\| 2/2 \[\d\d:\d\d<\d\d:\d\d, +\d+\.\d+it/s\]", log)
-
-
-@uses("i2v")
-def test_progress_goes_to_stderr_and_log_lines_to_stdout(runs):
-    obs = outcome(runs, "i2v")
-    assert "| 2/2 [" in obs["own_stderr"] and "| 2/2 [" not in obs["stdout"]
-    assert obs["stderr"].startswith("STUB_PID=")
-    assert "Model loading took" in obs["stdout"] and "Starting vLLM API server" in obs["stdout"]
-
-
-# --------------------------------------------------------------------------- tests: I2V / TI2V
-@uses("i2v")
-def test_i2v_without_image_fails_with_the_real_message(runs):
-    job = outcome(runs, "i2v")["no_image"]
-    body = job.json()
-    assert job.status_code == 500 and body["status"] == "failed" and body["error"]["code"] == 500
-    assert "No image is provided. This model requires an image to run." in body["error"]["message"]
-
-
-@uses("i2v")
-def test_i2v_size_not_multiple_of_16_fails_the_job(runs):
-    job = outcome(runs, "i2v")["bad_size"]
-    assert job.status_code == 500 and job.json()["status"] == "failed"
-    assert job.json()["error"]["message"] == "`height` and `width` have to be divisible by 16 but are 64 and 72."
-
-
-@uses("i2v")
-def test_i2v_with_image_renders(runs):
-    job, video = outcome(runs, "i2v")["good"]
-    assert job["status"] == "completed" and job["num_frames"] == 9
-    assert video["shapes"] == {(48, 64, 3)}
-    assert video["codes"] == [(i, 5) for i in range(9)]
-
-
-@uses("ti2v_with_offload")
-def test_ti2v_floors_size_to_32(runs):
-    job, video = outcome(runs, "ti2v_with_offload")["floored"]
-    assert job["num_frames"] == 9
-    assert video["shapes"] == {(64, 64, 3)}
-    assert video["codes"] == [(i, 300 % 256) for i in range(9)]
-
-
-@uses("ti2v_with_offload")
-def test_omitted_seed_gives_one_random_seed_per_job(runs):
-    job, video = outcome(runs, "ti2v_with_offload")["no_seed"]
-    assert job["status"] == "completed"
-    assert [c[0] for c in video["codes"]] == list(range(5))
-    assert len({c[1] for c in video["codes"]}) == 1
-
-
-# --------------------------------------------------------------------------- tests: refusals
-@uses("fake_flag")
-def test_blog_flag_is_an_argparse_error(runs):
-    obs = outcome(runs, "fake_flag")
-    assert obs["rc"] == 2
-    assert "vllm: error: unrecognized arguments: --model-type wan2_2" in obs["log"]
-
-
-@uses("too_few_devices")
-def test_world_size_above_visible_devices_is_refused(runs):
-    obs = outcome(runs, "too_few_devices")
-    assert obs["rc"] != 0
-    assert "Stage 0 requires 4 device(s) based on parallel_config, but 2 device(s) are available" in obs["log"]
-    assert "Traceback (most recent call last):" in obs["log"]
-    assert "Application startup complete." not in obs["log"]
-
-
-# --------------------------------------------------------------------------- tests: knobs
-@uses("oom_unless_flag_missing")
-def test_oom_at_load_fails_stage_init(runs):
-    obs = outcome(runs, "oom_unless_flag_missing")
-    assert obs["rc"] != 0
-    assert OOM_TEXT in obs["log"]
-    assert "RuntimeError: Orchestrator initialization failed: CUDA out of memory." in obs["log"]
-    assert "Application startup complete." not in obs["log"]
-
-
-@uses("oom_unless_flag_missing")
-def test_oom_unless_ooms_without_the_flag(runs):
-    obs = outcome(runs, "oom_unless_flag_missing")
-    assert obs["rc"] != 0 and OOM_TEXT in obs["log"]
-
-
-@uses("ti2v_with_offload")
-def test_oom_unless_starts_with_the_flag(runs):
-    obs = outcome(runs, "ti2v_with_offload")
-    assert obs["health"] == 200 and "OutOfMemoryError" not in obs["startup_log"]
-
-
-@uses("ti2v_with_offload")
-def test_stub_oom_extra_param_fails_that_job_and_the_next_one_renders(runs):
-    obs = outcome(runs, "ti2v_with_offload")
-    job = obs["oom_knob"]
-    assert job.status_code == 500 and job.json()["status"] == "failed"
-    assert job.json()["error"]["message"].startswith("CUDA out of memory. Tried to allocate 2.00 GiB.")
-    assert obs["no_seed"][0]["status"] == "completed"
-
-
-@uses("oom_in_job_then_crash")
-def test_oom_in_job_fails_that_job_and_the_server_stays_up(runs):
-    obs = outcome(runs, "oom_in_job_then_crash")
-    job1 = obs["job1"]
-    assert job1.status_code == 500 and job1.json()["status"] == "failed"
-    assert job1.json()["error"]["code"] == 500
-    assert job1.json()["error"]["message"].startswith("CUDA out of memory. Tried to allocate 2.00 GiB.")
-    assert obs["health_after_oom"] == 200
-    assert obs["job2"].json()["status"] == "completed"
-
-
-@uses("oom_in_job_then_crash")
-def test_jobs_file_gets_one_line_per_job_request_with_its_status(runs):
-    obs = outcome(runs, "oom_in_job_then_crash")
-    assert obs["refused"] == 400
-    assert obs["jobs_file"] == ["POST /v1/videos 400", "POST /v1/videos 200", "POST /v1/videos 200"]
-
-
-@uses("oom_in_job_then_crash")
-def test_crash_after_jobs_kills_the_process(runs):
-    obs = outcome(runs, "oom_in_job_then_crash")
-    assert obs["rc"] != 0
-    assert "EngineDeadError" in obs["log"]
-    assert "died unexpectedly" in obs["log"]
-    assert obs["group_left"] == []
-
-
-@uses("load_delay_then_hang")
-def test_port_refuses_connections_while_loading(runs):
-    obs = outcome(runs, "load_delay_then_hang")
-    assert obs["during_load"] == "refused" and obs["loaded_when_probed"] is False
-    assert obs["health"] == 200
-
-
-@uses("load_delay_then_hang")
-def test_step_knob_paces_the_progress(runs):
-    log = outcome(runs, "load_delay_then_hang")["log"]
-    for step in (1, 2, 3, 4):  # each step is printed on its own (steps are longer than tqdm's refresh)
-        assert f"| {step}/4 [" in log
-
-
-@uses("load_delay_then_hang")
-def test_hang_after_jobs_stops_answering_but_stays_alive(runs):
-    obs = outcome(runs, "load_delay_then_hang")
-    assert obs["job"].json()["status"] == "completed"
-    assert obs["hung"] is True and obs["alive_while_hung"] is True
-
-
-@uses("t2v")
-def test_hang_in_job_stalls_until_deleted_and_the_gpu_stays_busy(runs):
-    obs = outcome(runs, "t2v")["hang_in_job"]
-    assert obs["stalled_status"] == "in_progress"
-    assert "1/5 [" in obs["stalled_log"] and "5/5 [" not in obs["stalled_log"]
-    assert obs["delete"] == (200, 404)
-    assert obs["second_status"] == "queued"  # the stalled denoise still holds the engine
-    assert obs["health_during_hang"] == 200 and obs["alive"]
-    assert "5/5 [" not in obs["log"]
