@@ -33,7 +33,8 @@ KSAMPLER_2 = "4"          # A14B: the low-noise expert's KSamplerAdvanced
 
 
 def legacy() -> Any:
-    """bench/gpu_comfyui_e2e.py (its Comfy, Websocket, load_api, node_of); it imports only gpu/common.py."""
+    """bench/gpu_comfyui_e2e.py, whose imports put bench/ and tests/comfyui on the path: Comfy and Websocket
+    (bench/comfyui_process.py), load_api and node_of (bench/comfyui_e2e_reading.py) through it."""
     import sys
 
     sys.path.insert(0, str(REPO / "bench"))

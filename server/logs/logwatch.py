@@ -230,7 +230,6 @@ class DenoiseProgress:
         return Hint.STORED if self.stored else Hint.DENOISED
 
 
-
 def fast_poll_hint(progress: Callable[[], Optional[DenoiseProgress]]) -> tuple[int, Callable[[], Hint]]:
     """For a job about to be submitted: the newest denoise run before it (`run_floor`: runs up to it are
     earlier jobs') and the client's `due` hint for it (client/poll_window.Hint), read from `progress`
