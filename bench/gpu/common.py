@@ -287,14 +287,22 @@ def save_json(path: Path, doc: Any) -> None:
     os.replace(tmp, path)
 
 
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
 def machine() -> dict[str, Any]:
-    """The GPU (nvidia-smi; never a CUDA context in the driver, which would count in NVML's figures)."""
+    """The GPU (nvidia-smi; never a CUDA context in the driver, which would count in NVML's figures) and who
+    this machine is: the kernel's boot id and the GPUs' UUIDs, so `report` pairs only runs of one machine
+    (device machines of one kind report the same name, memory and driver)."""
     import shutil
     import subprocess
 
     out: dict[str, Any] = {"python": sys.version.split()[0], "cpus": os.cpu_count()}
+    if BOOT_ID.exists():
+        out["boot_id"] = BOOT_ID.read_text().strip()
     if shutil.which("nvidia-smi"):
-        q = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-                           capture_output=True, text=True, timeout=20)
-        out["gpu"] = q.stdout.strip()
+        for key, query in (("gpu", "name,memory.total,driver_version"), ("gpu_uuids", "uuid")):
+            q = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
+                               capture_output=True, text=True, timeout=20)
+            out[key] = q.stdout.strip()
     return out

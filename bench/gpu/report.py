@@ -58,18 +58,35 @@ def _pair_order(pair: str) -> tuple:
 
 def combined(folder: Path) -> tuple[dict, list[str]]:
     """Every head-to-head report under `folder` (one per device call: `--sides ours`, `--sides native`, ...)
-    as one report of paired runs, and a line per source (its card and ComfyUI flags)."""
-    runs, sources = [], []
+    as one report of paired runs, and a line per source (its card and ComfyUI flags). Reports of more than one
+    machine are refused: a ratio pairs runs of one machine (each report's boot id and GPU UUIDs)."""
+    runs, sources, machines = [], [], {}
     for path in sorted(folder.rglob("report*.json")):
         rep = json.loads(path.read_text())
         args = rep.get("args", {})
+        who = machine_identity(rep.get("machine", {}))
+        machines.setdefault(who, []).append(str(path.relative_to(folder)))
         sources.append(f"- `{path.relative_to(folder)}`: {rep.get('machine', {}).get('gpu', 'no GPU')}; family "
                        f"{args.get('family', 'ti2v-5b')}; sides {args.get('sides')}; ComfyUI flags "
                        f"{' '.join(args.get('comfy_arg') or []) or 'none'}")
         runs += rep.get("runs", [])
         sources += [f"  - our plan ({r['run']}): " + "; ".join(plan_lines(r)) for r in rep.get("runs", [])
                     if plan_lines(r)]
+    if len(machines) > 1:   # several machines, or recorded identities beside reports that have none
+        raise SystemExit(f"{folder}: these reports do not all come from one machine, and a ratio is only "
+                         "measured when both sides ran on one: " + "; ".join(
+                             f"{', '.join(paths)} ({who or 'no machine identity recorded'})"
+                             for who, paths in machines.items())
+                         + ". Move the reports of other machines to a folder of their own.")
+    if "" in machines:
+        sources.append("- machine identity not recorded in these reports (made before boot ids were): the "
+                       "folder's README says whether they ran on one machine")
     return {"runs": runs}, sources
+
+
+def machine_identity(machine: dict) -> str:
+    """Who ran a report: boot id and GPU UUIDs (common.machine); "" for reports made before they were kept."""
+    return " ".join(x for x in (machine.get("boot_id"), machine.get("gpu_uuids")) if x)
 
 
 def plan_lines(run: dict) -> list[str]:
