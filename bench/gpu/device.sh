@@ -87,6 +87,9 @@ setup() {
     cp "$X"/gpu-kit/vol_memcap.py "$X"/gpu-kit/zz_vol_memcap.pth "$(site_of "$SENV")/"
     # vllm-omni's own per-stage timing line (text encode / denoise / decode): a module switch, off upstream
     sed -i 's/^DEBUG_PERF = False/DEBUG_PERF = True/' "$(site_of "$SENV")"/vllm_omni/diffusion/models/wan2_2/pipeline_wan2_2*.py
+    # bytecode as `setup` leaves it (pip's default, uv with --compile-bytecode): the first server start then
+    # times what a user's does, not Python compiling vllm / torch on import (bench/server_import_bytecode.py)
+    "$SENV/bin/python" -m compileall -q -j 0 "$(site_of "$SENV")" > /dev/null 2>&1
     touch "$SENV/.done"; stamp "server venv"
   fi
   if [ ! -f "$CENV/.done" ]; then   # ComfyUI on the image's torch; what ComfyUI 0.3.64 + our pack need beyond it

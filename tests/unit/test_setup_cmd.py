@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -163,3 +164,23 @@ def test_setup_runs_the_installer_then_checks_what_it_made(server_env_python, tm
     assert f"server environment created: {target}" in out and "vllm 0.30.0 + vllm-omni 0.30.0" in out
     assert "the launcher finds it here by itself" in out
     assert LocalConfig().resolved_server_command() == [str(target / "bin" / "vllm")]
+
+
+def test_create_server_env_sh_has_uv_compile_bytecode_during_setup(tmp_path):
+    """uv leaves packages uncompiled unless asked (pip compiles by default): without it the server's first
+    start compiles vllm / vllm-omni / torch on import, inside Local Server's wait. A stand-in `uv` records
+    its arguments and makes the venv's python."""
+    log, fake_bin, target = tmp_path / "uv-args", tmp_path / "bin", tmp_path / "server-env"
+    fake_bin.mkdir()
+    (fake_bin / "uv").write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {log}\n'
+        'if [ "$1" = venv ]; then for a; do last="$a"; done; mkdir -p "$last/bin";'
+        ' printf "#!/bin/sh\\necho fake python\\n" > "$last/bin/python"; chmod +x "$last/bin/python"; fi\n')
+    (fake_bin / "uv").chmod(0o755)
+    env = {"PATH": f"{fake_bin}:{os.environ['PATH']}", "HOME": str(tmp_path / "home")}
+    out = subprocess.run(["bash", str(setup_cmd.CREATE_SCRIPT), str(target), "--python", sys.executable],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    install = [line for line in log.read_text().splitlines() if line.startswith("pip install")]
+    assert install == ["pip install --compile-bytecode vllm==0.30.0 vllm-omni==0.30.0"]
