@@ -20,6 +20,8 @@ The template's text encoder is an fp8_scaled UMT5; both sides here read one bf16
 same weights on both sides, 10.6 GiB once): the encoder runs once per prompt (two 512-token passes, well
 under a second on either side) against 4-20 steps of several seconds each at 832x480x81, so its dtype does
 not move the comparison; ComfyUI's peak while encoding is the bf16 encoder's, not the fp8 one's.
+The template's enabled group adds the lightx2v 4-step distill LoRAs (LoraLoaderModelOnly per expert), under
+the file names Comfy-Org repackaged them as (`loras`): one random file under both names (weights.py).
 """
 from __future__ import annotations
 
@@ -60,6 +62,7 @@ class Family:
     detect_class: str = ""              # the supported_models class ComfyUI must pick
     latent_channels: int = 16
     shm: tuple[str, ...] = ()           # ComfyUI files written to /dev/shm (linked into models/)
+    loras: tuple[str, ...] = ()         # distill LoRA names in models/loras (A14B: high-, low-noise): one file
 
     def comfy_path(self, models: Path, key: str, name: str = "") -> Path:
         sub, default = self.files[key]
@@ -93,7 +96,9 @@ T2V_A14B = Family(
     files={"unet": ("diffusion_models", "wan2.2_t2v_high_noise_14B_fp8_scaled.safetensors"), "te": UMT5_FILE,
            "vae": ("vae", "wan_2.1_vae.safetensors")},
     unet_aliases=("wan2.2_t2v_low_noise_14B_fp8_scaled.safetensors",), scaled_fp8=True, experts=2,
-    detect_class="WAN21_T2V", latent_channels=16, shm=("unet",))
+    detect_class="WAN21_T2V", latent_channels=16, shm=("unet",),
+    loras=("wan2.2_t2v_lightx2v_4steps_lora_v1.1_high_noise.safetensors",
+           "wan2.2_t2v_lightx2v_4steps_lora_v1.1_low_noise.safetensors"))
 
 FAMILIES = {f.name: f for f in (TI2V_5B, T2V_A14B)}
 
@@ -108,8 +113,8 @@ MARGIN = 1 * GIB        # left free on each filesystem after the weights
 
 
 def placement(fam: Family, sizes: dict[str, int]) -> dict[str, Any]:
-    """Bytes each filesystem receives: `sizes` per part ("unet", "te", "vae", "transformer", "diffusers_vae");
-    hard links and aliases count once."""
+    """Bytes each filesystem receives: `sizes` per part ("unet", "te", "vae", "transformer", "diffusers_vae",
+    A14B "loras"); hard links and aliases count once."""
     shm = sum(sizes[k] for k in fam.shm)
     disk = sum(v for k, v in sizes.items() if k not in fam.shm)
     return {"disk_bytes": disk, "shm_bytes": shm}

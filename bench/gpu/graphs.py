@@ -15,6 +15,13 @@ and shift 5: a distilled-LoRA workflow, not the model's own sampling.) Ours: wor
 wan22_t2v_a14b_2gpu_ulysses with its Serving Config reset to the node's defaults (one GPU here: `auto`
 plans it), guidance 3.5 on both experts, flow_shift 8, sampler euler (the same family as ComfyUI's euler),
 the model's boundary_ratio 0.875 (by timestep: with shift 8 about the same half of the steps).
+
+T2V-A14B, variant `lightx2v_4step` (both sides, `--native-variants` / `--ours-variants`): the template's
+ENABLED group, what a ComfyUI user runs: the same graph with LoraLoaderModelOnly (strength 1.0) between each
+UNETLoader and its ModelSamplingSD3, shift 5, cfg 1, 4 steps split at 2, euler / simple; ours:
+workflows/api/wan22_t2v_a14b_4step_lora (one VLLMOmniLora per expert, strength 1: fused at startup) with its
+Serving Config reset to the node's defaults (one GPU), guidance 1 / guidance_2 1, flow_shift 5, euler. Its
+rows of the combined table are paired as "lora4 ...".
 """
 from __future__ import annotations
 
@@ -72,6 +79,13 @@ OURS_VARIANTS: dict[str, dict[str, Any]] = {name: dict(_EXACT, **v) for name, v 
     "fp8_cache_dit": {"compile": False, "fp8": True, "cache_backend": "cache_dit"},
     "compile_cache_dit": {"compile": True, "cache_backend": "cache_dit"},
     "compile_fp8_cache_dit": {"compile": True, "fp8": True, "cache_backend": "cache_dit"}}.items()}
+# Variants that change the sampling recipe too (the same name on both sides): cfg / guidance, shift, the
+# distill LoRAs (native: LoraLoaderModelOnly per expert), our template (its LoRA nodes), the combined table's row.
+RECIPES: dict[str, dict[str, Any]] = {
+    "lightx2v_4step": {"family": T2V_A14B.name, "cfg": 1.0, "shift": 5.0, "loras": T2V_A14B.loras,
+                       "template": "wan22_t2v_a14b_4step_lora", "pair": "lora4"}}
+NATIVE_VARIANTS.update({name: {} for name in RECIPES})
+AUTO_VARIANTS.update({name: {} for name in RECIPES})       # ours: the node's defaults (one GPU: auto plans it)
 SAMPLE_FROM, SAMPLE_FRAMES = 40, 4      # frames saved as PNG per run (the PSNR drift between variants)
 
 
@@ -132,14 +146,17 @@ def serving_of(variant: str) -> dict[str, Any]:
 
 
 def native_prompt_a14b(request: dict, *, weight_dtype: str = "default", shift: float = 8.0, cfg: float = 3.5,
-                       sampler: str = "euler", scheduler: str = "simple", easycache: Optional[dict] = None) -> dict:
+                       sampler: str = "euler", scheduler: str = "simple", easycache: Optional[dict] = None,
+                       loras: tuple[str, ...] = ()) -> dict:
     """ComfyUI's Wan2.2 14B text-to-video template graph (its fp8_scaled group), ending in the sink: the
-    high-noise expert samples the first half of the steps, the low-noise one the rest."""
+    high-noise expert samples the first half of the steps, the low-noise one the rest. `loras` (high-noise,
+    low-noise file): the template's enabled group, a LoraLoaderModelOnly (strength 1) after each UNETLoader."""
     if easycache:
         raise ValueError("EasyCache is a TI2V-5B variant here (one sampler); the A14B graph has two")
     r = request
     files = {k: name for k, (_, name) in T2V_A14B.files.items()}
     split = r["steps"] // 2
+    high, low = ("101", "102") if loras else ("37", "36")      # what each ModelSamplingSD3 patches
 
     def stage(model: str, first: bool, latent: list) -> dict:
         return {"class_type": "KSamplerAdvanced",
@@ -155,8 +172,8 @@ def native_prompt_a14b(request: dict, *, weight_dtype: str = "default", shift: f
                                                       "weight_dtype": weight_dtype}},
         "38": {"class_type": "CLIPLoader", "inputs": {"clip_name": files["te"], "type": "wan", "device": "default"}},
         "39": {"class_type": "VAELoader", "inputs": {"vae_name": files["vae"]}},
-        "48": {"class_type": "ModelSamplingSD3", "inputs": {"model": ["37", 0], "shift": shift}},
-        "47": {"class_type": "ModelSamplingSD3", "inputs": {"model": ["36", 0], "shift": shift}},
+        "48": {"class_type": "ModelSamplingSD3", "inputs": {"model": [high, 0], "shift": shift}},
+        "47": {"class_type": "ModelSamplingSD3", "inputs": {"model": [low, 0], "shift": shift}},
         "6": {"class_type": "CLIPTextEncode", "inputs": {"text": r["prompt"], "clip": ["38", 0]}},
         "7": {"class_type": "CLIPTextEncode", "inputs": {"text": r["negative"], "clip": ["38", 0]}},
         "55": {"class_type": "EmptyHunyuanLatentVideo",
@@ -165,6 +182,9 @@ def native_prompt_a14b(request: dict, *, weight_dtype: str = "default", shift: f
         KSAMPLER_2: stage("47", False, [KSAMPLER, 0]),
         DECODE: {"class_type": "VAEDecode", "inputs": {"samples": [KSAMPLER_2, 0], "vae": ["39", 0]}},
     }
+    for node, unet, name in zip((high, low), ("37", "36"), loras):
+        prompt[node] = {"class_type": "LoraLoaderModelOnly",
+                        "inputs": {"model": [unet, 0], "lora_name": name, "strength_model": 1.0}}
     return sink(prompt, [DECODE, 0])
 
 

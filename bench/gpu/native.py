@@ -21,7 +21,7 @@ from .common import (Deadline, Gpu, RamSampler, engine_e2e_s, load_frames, machi
                      postprocess_s, psnr, save_json, stage_timings)
 from .families import FAMILIES, family
 from .graphs import (AUTO_VARIANTS, DECODE, FAST_VARIANTS, KSAMPLER, NATIVE_VARIANTS, NEGATIVE, OURS_VARIANTS,
-                     PROMPT, SETUPS, SINK, legacy, native_prompt, ours_prompt, sample_frames, serving_of)
+                     PROMPT, RECIPES, SETUPS, SINK, legacy, native_prompt, ours_prompt, sample_frames, serving_of)
 
 __all__ = ["DECODE", "KSAMPLER", "native_prompt", "ours_prompt"]     # the graphs, as the driver's tests read them
 
@@ -79,6 +79,28 @@ def sink_values(outputs: dict) -> dict[str, Optional[float]]:
         except (TypeError, ValueError):
             vals[SINK[node]] = None
     return vals
+
+
+def variant_prompt(family_name: str, side: str, variant: str, request: dict, model: str,
+                   weight_dtype: str = "default", serving: Optional[dict] = None) -> tuple[dict, list]:
+    """One run's graph of `side` ("native" or "ours") for `variant` and the IMAGE output it samples frames
+    from: the family's graph and sampling settings, or a recipe variant's own (the 4-step LoRA pair: its cfg,
+    shift, LoRA loaders, our LoRA template); `serving`: Serving Config overrides (ours)."""
+    st = SETUPS[family_name]
+    rec = RECIPES.get(variant, {})
+    if rec and rec["family"] != family_name:
+        raise ValueError(f"variant {variant} is a {rec['family']} graph, not {family_name}'s (--family)")
+    cfg, shift = rec.get("cfg", st["cfg"]), rec.get("shift", st["shift"])
+    if side == "native":
+        v = NATIVE_VARIANTS[variant]
+        prompt = st["native"](request, weight_dtype=v.get("weight_dtype", weight_dtype), easycache=v.get("easycache"),
+                              cfg=cfg, shift=shift, **({"loras": rec["loras"]} if rec else {}))
+        return prompt, [DECODE, 0]
+    lg = legacy()
+    prompt = ours_prompt(lg.load_api(rec.get("template", st["template"])), model, request,
+                         serving=dict(serving_of(variant), **(serving or {})), guidance=cfg, shift=shift,
+                         sampler=st["ours_sampler"], guidance_2=None if st["guidance_2"] is None else cfg)
+    return prompt, [lg.node_of(prompt, "VLLMOmniGenerateVideo"), 0]
 
 
 class HeadToHead:
@@ -203,23 +225,13 @@ class HeadToHead:
         a = self.a
         info: dict[str, Any] = {"nvml_mib_before": self.gpu.peak_mib(time.monotonic() - 0.5)}
         self.report["sides"][side] = info
-        template = self.lg.load_api(self.setup["template"])
-        st = self.setup
         model = f"local/{a.model_folder or self.fam.diffusers_folder}"
         variants = (a.native_variants if side == "native" else a.ours_variants).split(",")
 
         def build(variant: str, label: str, steps: int, take: int) -> dict:
             req = self.request(steps, take)
-            if side == "native":
-                v = NATIVE_VARIANTS[variant]
-                prompt = st["native"](req, weight_dtype=v.get("weight_dtype", a.weight_dtype),
-                                      easycache=v.get("easycache"), cfg=st["cfg"], shift=st["shift"])
-                image = [DECODE, 0]
-            else:
-                serving = dict(serving_of(variant), **(json.loads(a.serving) if a.serving else {}))
-                prompt = ours_prompt(template, model, req, serving=serving, guidance=st["cfg"], shift=st["shift"],
-                                     sampler=st["ours_sampler"], guidance_2=st["guidance_2"])
-                image = [self.lg.node_of(prompt, "VLLMOmniGenerateVideo"), 0]
+            prompt, image = variant_prompt(self.fam.name, side, variant, req, model, a.weight_dtype,
+                                           json.loads(a.serving) if a.serving else None)
             return sample_frames(prompt, image, f"bench/{a.tag}{side}-{label}", req["frames"])
 
         runs = [(variants[0], "first", a.steps, 1)]
@@ -256,10 +268,13 @@ class HeadToHead:
 
     def pair(self, side: str, variant: str, label: str, steps: int) -> str:
         """The row of the combined table this run belongs to: the speed settings (default, or fast: our
-        `speed` fast levers against ComfyUI --fast), the run kind and steps; the same on both sides."""
+        `speed` fast levers against ComfyUI --fast; a recipe's own row such as lora4, the 4-step LoRA pair),
+        the run kind and steps; the same on both sides."""
         fast = variant in FAST_VARIANTS if side == "ours" else "--fast" in self.a.comfy_arg
         kind = "first" if label == "first" else "warmup" if label.endswith("warmup") else "warm"
-        return f"{'fast' if fast else 'default'} {kind} {steps} steps"
+        recipe = RECIPES.get(variant, {}).get("pair")
+        speed = "-".join(filter(None, (recipe, "fast" if fast else None))) or "default"
+        return f"{speed} {kind} {steps} steps"
 
     def drift(self, side: str, variants: list[str]) -> dict[str, Any]:
         """PSNR of each variant's saved frames against the first variant's, per step count."""

@@ -51,9 +51,10 @@ def head_to_head_table(report: dict, key: str = "run") -> str:
 
 
 def _pair_order(pair: str) -> tuple:
-    """default before fast, then first / warm / warmup, then steps (a pair: "default warm 20 steps")."""
+    """default first, then the other settings by name (fast, lora4: the 4-step LoRA pair) each in a block of
+    its own, then first / warm / warmup, then steps (a pair: "default warm 20 steps")."""
     speed, kind, steps, _ = pair.split(" ")
-    return speed != "default", ("first", "warm", "warmup").index(kind), int(steps)
+    return speed != "default", speed, ("first", "warm", "warmup").index(kind), int(steps)
 
 
 def combined(folder: Path) -> tuple[dict, list[str]]:

@@ -16,6 +16,8 @@ embedded ``spiece_model`` tokenizer tensor, which transformers ignores) serves b
 11 GiB less disk. ``build`` (on the device, image python: torch + safetensors only, so it can run before
 the kit is installed) fills every tensor with seeded random values and writes both layouts; ``detect``
 (ComfyUI's python) asks ComfyUI what each single file is. Random weights: speed and memory, never quality.
+
+A family with distill LoRAs (T2V-A14B) also gets its random LoRA file (lora_weights.py).
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from .families import GIB, MARGIN, SHM, TI2V_5B, Family, placement
+from .lora_weights import LORA_STD, lora_tensors
 
 SHARD_BYTES = 5 * 10 ** 9                  # save_pretrained's max_shard_size="5GB"
 DTYPE_BYTES = {"bf16": 2, "fp32": 4, "u8": 1, "f8": 1}
@@ -189,8 +192,11 @@ def check_shared_text_encoder(doc: dict) -> None:
 # ----------------------------------------------------------------------------- filling (device)
 def init_kind(name: str, shape: list[int]) -> tuple[str, float]:
     """How a tensor is filled: ("ones"|"zeros"|"normal", std). Norm scales 1, biases 0, the rest
-    N(0, 1/fan_in) so activations stay O(1) through 30-40 layers (no inf/NaN in bf16)."""
+    N(0, 1/fan_in) so activations stay O(1) through 30-40 layers (no inf/NaN in bf16); a LoRA's
+    down/up matrices N(0, LORA_STD)."""
     leaf = name.rsplit(".", 1)[-1]
+    if ".lora_" in name:
+        return "normal", LORA_STD
     if leaf == "scale_input":       # scaled fp8: activations stay O(1), so no input scaling
         return "ones", 0.0
     is_norm = "norm" in name.lower() and leaf in ("weight", "gamma", "scale")
@@ -240,6 +246,8 @@ class Filler:
         if name.endswith(".scale_weight") and shapes is not None:
             weight = name.removesuffix("scale_weight") + "weight"
             return t.full(shape, init_kind(weight, shapes[weight])[1], dtype=tdtype)
+        if name.endswith(".alpha") and shapes is not None:     # a LoRA's alpha = its rank (scale alpha/rank 1)
+            return t.full(shape, float(shapes[name.removesuffix("alpha") + "lora_down.weight"][0]), dtype=tdtype)
         kind, std = init_kind(name, shape)
         if kind == "ones":
             x = t.ones(shape, dtype=tdtype)
@@ -291,6 +299,8 @@ def disk_plan(manifest: dict, fam: Family, base: Path, shm: Path, reserve: int =
     d, c = manifest["diffusers"], manifest["comfy"]
     sizes = {"unet": nbytes(c["unet"]), "te": nbytes(c["te"]), "vae": nbytes(c["vae"]),
              "transformer": nbytes(d["transformer"]["tensors"]), "diffusers_vae": nbytes(d["vae"]["tensors"])}
+    if fam.loras:
+        sizes["loras"] = nbytes(lora_tensors(c["unet"]))    # one file, the other name a hard link
     plan = placement(fam, sizes)
     base.mkdir(parents=True, exist_ok=True)
     plan["disk_free_bytes"] = shutil.disk_usage(base).free
@@ -327,7 +337,7 @@ def _place(path: Path, names: tuple[str, ...], into: Path) -> None:
 
 def build(manifest: dict, base: Path, seed: int = 0, shard_bytes: int = SHARD_BYTES, log: Any = print,
           fam: Family = TI2V_5B, shm: Path = SHM, fp8_marker_elements: int = 0, reserve: int = 0) -> dict:
-    """Write `base/models/{diffusion_models,text_encoders,vae}/...` (ComfyUI) and
+    """Write `base/models/{diffusion_models,text_encoders,vae,loras}/...` (ComfyUI) and
     `base/models/diffusers/<family folder>/` (ours), the text encoder once (hard link); the family's `shm`
     files under `shm` (linked into models/). Stops before writing anything when a filesystem lacks room."""
     import torch
@@ -373,6 +383,10 @@ def build(manifest: dict, base: Path, seed: int = 0, shard_bytes: int = SHARD_BY
         done(f"comfy {key}{' (in ' + str(place) + ')' if key in fam.shm else ''}",
              _write_file(filler, tensors, place / name))
         _place(place / name, fam.unet_aliases if key == "unet" else (), models / sub)
+    if fam.loras:       # one random LoRA file under every expert's name (hard links)
+        first = models / "loras" / fam.loras[0]
+        done(f"comfy LoRA {', '.join(fam.loras)}", _write_file(filler, lora_tensors(c["unet"]), first))
+        _place(first, fam.loras[1:], first.parent)
     done("diffusers transformer", _write_sharded(filler, d["transformer"]["tensors"], out / "transformer",
                                                  "diffusion_pytorch_model", shard_bytes))
     if fam.experts == 2:    # the second expert: the same files again, hard-linked (one copy on disk)
