@@ -46,4 +46,8 @@ def comfy_entrypoint() -> Any:
     # ComfyUI has no shutdown hook for custom nodes: stop our servers on exit and on SIGTERM/SIGINT
     # (chained to ComfyUI's own handlers). Signal handlers need the main thread, where ComfyUI calls us.
     registry.install_exit_handlers()
+    # `prestart_last_server`: start the last Local Server's server now, in the background (never raises).
+    from . import prestart
+
+    prestart.maybe_start()
     return extension

@@ -30,6 +30,7 @@ from ..server.config.remote_servers import remote_target
 from ..server.launch.loras import LoraPlan, plan_loras
 from . import comfy_bridge, progress
 from .handles import ModelChoice, ServerHandle, ServingChoice
+from .last_choices import record as record_choices
 
 NO_MODEL = "(none)"                               # interpolation_model: none picked
 INTERPOLATION = {"off": 0, "x2": 1, "x4": 2}      # frame_interpolation -> RIFE exp (frames and fps times 2**exp)
@@ -48,9 +49,9 @@ def start_local(model: ModelChoice, serving: ServingChoice, node_id: Optional[st
     how many jobs a Generate Batch submits at once (for the planner's replica advice)."""
     with progress.reporting(node_id, "Planning the launch") as reporter:
         config = load_local_config()
-        sup, plan, loras = _launch(model, serving, config, reporter,
-                                   cfg=jobs_run_cfg(prompt, node_id, model.family),
-                                   queued_jobs=queued_jobs(prompt, node_id))
+        cfg, jobs = jobs_run_cfg(prompt, node_id, model.family), queued_jobs(prompt, node_id)
+        sup, plan, loras = _launch(model, serving, config, reporter, cfg=cfg, queued_jobs=jobs)
+        record_choices(model, serving, cfg, jobs, plan.spec.fingerprint(), config)
         status = sup.status()
         text = status.text + (f"\n{status.fallback_note}" if status.fallback_note else "")
         text += "".join(f"\n{note}" for note in loras.notes)
@@ -61,13 +62,16 @@ def start_local(model: ModelChoice, serving: ServingChoice, node_id: Optional[st
 
 
 def _launch(model: ModelChoice, serving: ServingChoice, config: LocalConfig,
-            reporter: progress.NodeReporter, cfg: bool = True,
-            queued_jobs: int = 1) -> tuple[Any, LaunchPlan, LoraPlan]:
-    """`queued_jobs`: the most jobs one node submits at once (a batch), for the planner's replica advice."""
+            reporter: progress.NodeReporter, cfg: bool = True, queued_jobs: int = 1,
+            on_plan: Optional[Callable[[LaunchPlan], None]] = None) -> tuple[Any, LaunchPlan, LoraPlan]:
+    """`queued_jobs`: the most jobs one node submits at once (a batch), for the planner's replica advice;
+    `on_plan`: told the final plan before the launch (the prestart's console line)."""
     plan = serving.resolve(model.model, config, queued_jobs=queued_jobs, cfg=cfg)
     # Fused LoRAs are part of the server (its spec and fingerprint); per-request ones ride on the handle.
     loras = plan_loras(model.loras, model.family, plan.server_version, config.data_dir)
     plan = replace(plan, spec=plan.spec.with_changes(lora=loras.startup))
+    if on_plan is not None:
+        on_plan(plan)
     if plan.text:
         reporter.text(plan.text)
     if any(s.spec != plan.spec and s.spec.with_changes(lora=plan.spec.lora) == plan.spec

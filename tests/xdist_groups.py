@@ -66,6 +66,7 @@ KNOWN_COST_S: dict[str, float] = {
     _C + "test_nodes_stub.py::test_auto_serving_falls_back_down_the_planner_ladder_on_oom": 80,
     _C + "test_nodes_stub.py::test_auto_fallback_off_stops_with_the_plan_and_the_fix": 40,
     _C + "test_generate_auto.py": 60,
+    _C + "test_prestart_last_server.py": 35,
 }
 UNLISTED_COST_S = 0.5
 

@@ -115,6 +115,11 @@ class LocalConfig:
         example="/run/vllm-omni-gpu-locks")
     keep_alive_minutes: float = setting(0.0, "default idle stop; the node's value wins", default_text="0 (keep)",
                                          check=_not_negative, example=10)
+    prestart_last_server: bool = setting(
+        False, "when ComfyUI starts, start the server the last Local Server started (its model, LoRAs and serving "
+        "choices, recorded in the data dir as `last_local_server.json`), so the first workflow finds it running "
+        "or starting instead of waiting for the whole launch; it takes that server's GPU memory from ComfyUI's "
+        "start on")
     startup_timeout_s: Optional[float] = setting(None, "give up waiting for ready after this long",
                                                   default_text="scaled by model size", check=_positive,
                                                   example=1800)

@@ -200,3 +200,40 @@ def test_a_comfyui_too_old_for_the_v3_nodes_logs_one_line_and_registers_no_node(
     lines = [line for line in log.splitlines() if "vLLM-Omni Launcher needs ComfyUI" in line]
     assert registered == [] and len(lines) == 1 and "0.3.64 or newer" in lines[0], (registered, lines)
     assert "Traceback" not in log and f"custom_nodes/{PACK_NAME}" in log      # imported, no half-registration
+
+
+def test_prestart_last_server_starts_the_last_local_server_with_comfyui_and_the_first_prompt_reuses_it(tmp_path):
+    """A ComfyUI runs the TI2V template (Local Server records its choices); a second ComfyUI on the same data
+    dir with `prestart_last_server` on starts that server while it loads the pack, and its first prompt runs
+    on it: no server start of its own."""
+    import time
+
+    work = tmp_path / "prestart"
+    env = real.launcher_env(work, step_s=0.05)
+    logs = bc.LauncherLogs(work / real.LAUNCHER_DATA)
+    first = ComfyUI(Path(COMFYUI_DIR), os.environ.get("COMFYUI_PYTHON", sys.executable), env)
+    try:
+        first.wait_ready()
+        bc.run_to_success(first, bc.ti2v_prompt(seed=7007))
+    finally:
+        first.stop()
+        first.cleanup()
+    assert (work / real.LAUNCHER_DATA / "last_local_server.json").is_file()
+    second = ComfyUI(Path(COMFYUI_DIR), os.environ.get("COMFYUI_PYTHON", sys.executable),
+                     dict(env, VLLM_OMNI_LAUNCHER_PRESTART_LAST_SERVER="1"))
+    try:
+        second.wait_ready()
+        deadline = time.monotonic() + 300     # the stub's start, announced by the pack's "ready" line
+        while "prestart_last_server: ready at" not in second.log():
+            assert "prestart_last_server: failed" not in second.log(), second.log()[-4000:]
+            assert time.monotonic() < deadline, second.log()[-4000:]
+            time.sleep(0.5)
+        assert "prestart_last_server: starting" in second.log()
+        pids = logs.server_pids()
+        jobs = logs.jobs()
+        bc.run_to_success(second, bc.ti2v_prompt(seed=8008))
+        assert logs.jobs() == jobs + 1
+        assert logs.server_pids() == pids, "the first prompt started a server of its own"
+    finally:
+        second.stop()
+        second.cleanup()
