@@ -17,9 +17,10 @@ from ..errors import LauncherError
 from ..models import ALL_FAMILIES
 from ..server.config.local_config import LocalConfig
 from ..server.config.settings import settings_of
-from ..server.launch.loras import Expert, LoraEntry
+from ..server.launch.loras import MAX_STRENGTH, Expert, LoraEntry
 from ..server.storage import last_server
 from .handles import ModelChoice, ServingChoice
+from .schema import check_inputs, setting_inputs
 
 LOG = logging.getLogger("vllm_omni_launcher")
 PREFIX = f"vLLM-Omni Launcher: {last_server.SETTING}:"
@@ -70,6 +71,8 @@ def _lora(item: Any) -> LoraEntry:
             continue
         if not isinstance(value, kind):
             raise last_server.BadRecord(f"a LoRA's {key} is not a {kind.__name__}")
+    if not 0 <= item["strength"] <= MAX_STRENGTH:
+        raise last_server.BadRecord(f"a LoRA's strength {item['strength']} is outside 0..{MAX_STRENGTH:g}")
     if item["expert"] not in get_args(Expert):
         raise last_server.BadRecord(f"a LoRA's expert {item['expert']!r} is not one of {', '.join(get_args(Expert))}")
     if not Path(item["path"]).is_file():
@@ -78,17 +81,5 @@ def _lora(item: Any) -> LoraEntry:
 
 
 def _serving(values: dict[str, Any]) -> ServingChoice:
-    """Serving Config's widgets, each checked against its declaration (type, options, min and max)."""
-    declared = {s.name: s for s in settings_of(ServingChoice)}
-    if set(values) != set(declared):
-        raise last_server.BadRecord("its serving choices are not Serving Config's widgets")
-    for name, s in declared.items():
-        value = values[name]
-        if not isinstance(value, s.type) or (s.type is int and isinstance(value, bool)):
-            raise last_server.BadRecord(f"its serving choice '{name}' is not a {s.type.__name__}")
-        if s.choices and value not in s.choices:
-            raise last_server.BadRecord(f"its serving choice '{name}' is {value!r}, not one of {s.choices}")
-        low, high = s.extra.get("min"), s.extra.get("max")
-        if (low is not None and value < low) or (high is not None and value > high):
-            raise last_server.BadRecord(f"its serving choice '{name}' is {value}, outside {low}..{high}")
-    return ServingChoice(**values)
+    """Serving Config's widgets, checked as the node checks a workflow's (schema.check_inputs)."""
+    return ServingChoice(**check_inputs("Serving Config", setting_inputs(settings_of(ServingChoice)), values))

@@ -2,7 +2,7 @@
 
 The first clip after ComfyUI starts paid the whole launch when its workflow was queued. Local Server
 records its choices (last_choices.py, into server/storage/last_server.py's file); with the setting on,
-`maybe_start` rebuilds them and runs Local Server's own launch path (session._launch) in a daemon
+`maybe_start` rebuilds them and runs Local Server's own launch path (session.launch_local) in a daemon
 thread, so the spec and fingerprint are the same and a Local Server queued meanwhile waits on the
 registry's start lock, then reuses the server. It never raises into ComfyUI's import and never
 blocks it; a record that cannot be used starts nothing and says why in one console line.
@@ -18,7 +18,7 @@ from ..server.storage import last_server
 from . import progress
 from .handles import ModelChoice, ServingChoice
 from .last_choices import LOG, PREFIX, choices
-from .session import _launch
+from .session import launch_local
 
 THREAD_NAME = "vllm-omni-prestart"
 
@@ -57,7 +57,8 @@ def maybe_start(config: Optional[LocalConfig] = None) -> Optional[threading.Thre
         return None
     except Exception as exc:   # noqa: BLE001 - a record we cannot use (or cannot read) starts nothing
         print(f"{PREFIX} not starting: the record {last_server.record_path(config.data_dir)} cannot be used: "
-              f"{exc}. Queue a Local Server to record a new one, or turn {last_server.SETTING} off", flush=True)
+              f"{str(exc).rstrip('.')}. Queue a Local Server to record a new one, or turn {last_server.SETTING} "
+              "off", flush=True)
         return None
     thread = threading.Thread(target=_start, args=(model, serving, entry, config), daemon=True,
                               name=THREAD_NAME)
@@ -71,7 +72,7 @@ def _start(model: ModelChoice, serving: ServingChoice, entry: dict[str, Any], co
         print(f"{PREFIX} starting {model.label or model.model} ({summary}) as the last Local Server did", flush=True)
 
     try:
-        sup, _plan, _loras = _launch(model, serving, config, ConsoleReporter(), cfg=entry["cfg"],
+        sup, _plan, _loras = launch_local(model, serving, config, ConsoleReporter(), cfg=entry["cfg"],
                                      queued_jobs=entry["queued_jobs"], on_plan=announce)
         print(f"{PREFIX} ready at {sup.url} (log {sup.log_path})", flush=True)
     except LauncherError as err:

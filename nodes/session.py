@@ -50,7 +50,7 @@ def start_local(model: ModelChoice, serving: ServingChoice, node_id: Optional[st
     with progress.reporting(node_id, "Planning the launch") as reporter:
         config = load_local_config()
         cfg, jobs = jobs_run_cfg(prompt, node_id, model.family), queued_jobs(prompt, node_id)
-        sup, plan, loras = _launch(model, serving, config, reporter, cfg=cfg, queued_jobs=jobs)
+        sup, plan, loras = launch_local(model, serving, config, reporter, cfg=cfg, queued_jobs=jobs)
         record_choices(model, serving, cfg, jobs, plan.spec.fingerprint(), config)
         status = sup.status()
         text = status.text + (f"\n{status.fallback_note}" if status.fallback_note else "")
@@ -61,7 +61,7 @@ def start_local(model: ModelChoice, serving: ServingChoice, node_id: Optional[st
                             model=model, serving=serving, limit=plan.limit, lora=loras.per_request)
 
 
-def _launch(model: ModelChoice, serving: ServingChoice, config: LocalConfig,
+def launch_local(model: ModelChoice, serving: ServingChoice, config: LocalConfig,
             reporter: progress.NodeReporter, cfg: bool = True, queued_jobs: int = 1,
             on_plan: Optional[Callable[[LaunchPlan], None]] = None) -> tuple[Any, LaunchPlan, LoraPlan]:
     """`queued_jobs`: the most jobs one node submits at once (a batch), for the planner's replica advice;
@@ -103,7 +103,7 @@ def _running_local(handle: ServerHandle, config: LocalConfig, reporter: progress
     reporter.text("This job runs no CFG (guidance 1), so CFG parallel would leave a GPU idle: parallel_mode "
                   "auto plans again for it (a new plan restarts the server)" if replan else
                   "The local server is not running (stopped, idle or crashed): starting it again")
-    sup, plan, _ = _launch(handle.model, handle.serving, config, reporter, cfg=cfg, queued_jobs=jobs)
+    sup, plan, _ = launch_local(handle.model, handle.serving, config, reporter, cfg=cfg, queued_jobs=jobs)
     if plan.spec.fingerprint() == handle.server_id:
         _REPLANNED.pop(handle.server_id, None)
     else:

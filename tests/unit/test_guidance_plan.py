@@ -113,7 +113,7 @@ def test_generate_at_guidance_1_replans_an_auto_cfg_server_once_and_keeps_using_
         return running[spec.fingerprint()], SimpleNamespace(spec=spec), None
 
     monkeypatch.setattr(session.registry, "find", running.get)
-    monkeypatch.setattr(session, "_launch", launch)
+    monkeypatch.setattr(session, "launch_local", launch)
     monkeypatch.setattr(session, "_REPLANNED", {})
     reporter = SimpleNamespace(texts=[], text=lambda t: reporter.texts.append(t))
     handle = _handle("auto", cfg_spec)
@@ -132,7 +132,7 @@ def test_generate_at_guidance_1_replans_an_auto_cfg_server_once_and_keeps_using_
 def test_generate_at_guidance_1_on_an_explicit_cfg_server_keeps_it_and_notes_the_better_choice(monkeypatch):
     cfg_spec = LaunchSpec(A14B.hf_id, gpus=(0, 1), parallel=ParallelConfig("cfg", 2, 2))
     monkeypatch.setattr(session.registry, "find", {cfg_spec.fingerprint(): _Sup(cfg_spec)}.get)
-    monkeypatch.setattr(session, "_launch", lambda *a, **k: pytest.fail("an explicit choice is never re-planned"))
+    monkeypatch.setattr(session, "launch_local", lambda *a, **k: pytest.fail("an explicit choice is never re-planned"))
     monkeypatch.setattr(session, "_REPLANNED", {})
     handle = _handle("cfg", cfg_spec)
     reporter = SimpleNamespace(text=lambda t: None)

@@ -95,6 +95,7 @@ def _hostile_cases(tmp_path):
         "not json": lambda path: path.write_text("{"),
         "nan": lambda path: path.write_text(path.read_text().replace('"queued_jobs": 3', '"queued_jobs": NaN')),
         "infinite strength": lambda path: path.write_text(path.read_text().replace('"strength": 1.0', '"strength": 1e999')),
+        "strength over the LoRA node's maximum": edit(lambda d: d["model"]["loras"][0].update(strength=11.0)),
         "wrong type": edit(lambda d: d.update(cfg="yes")),
         "bool as count": edit(lambda d: d.update(queued_jobs=True)),
         "unknown family": edit(lambda d: d["model"].update(family_key="wan9")),
@@ -107,7 +108,8 @@ def _hostile_cases(tmp_path):
     }
 
 
-HOSTILE = ["symlink", "oversize", "not json", "nan", "infinite strength", "wrong type", "bool as count",
+HOSTILE = ["symlink", "oversize", "not json", "nan", "infinite strength", "strength over the LoRA node's maximum",
+           "wrong type", "bool as count",
            "unknown family", "missing model folder", "missing lora", "serving out of range", "serving unknown option",
            "serving extra widget", "open to others"]
 
