@@ -92,8 +92,11 @@ JOB_TIMES_0_30 = JobTimes()
 # levers MEASURED faster on that line, each with the sentence the plan says about it. The output differs from
 # `exact` (FP8 rounds the DiT weights); cache-dit is not among them until a run with real weights shows a gain.
 FAST_LEVERS: dict[Version, tuple[tuple[str, str], ...]] = {
-    (0, 30): (("fp8", "FP8 DiT weights (measured 8% faster per step and 4.3 GiB less on an H200, vLLM-Omni "
-                      "0.30; the frames differ from bf16's and upstream has not validated Wan2.2 quantization)"),),
+    # T2V-A14B on an H100 (bench/results/h100-a14b-native-vs-ours-fast-lora-vllm-omni-0.30/, both compiled):
+    # 4.47 s/step against 5.11 and a 47.8 GiB server peak against 72.8, close to `fp8_step` x compile's 0.889.
+    (0, 30): (("fp8", "FP8 DiT weights (measured on vLLM-Omni 0.30: 8% faster per step and 4.3 GiB less for "
+                      "TI2V-5B on an H200, 12% faster and 25 GiB less for T2V-A14B on an H100; the frames differ "
+                      "from bf16's and upstream has not validated Wan2.2 quantization)"),),
 }
 FAST_NOT_CHOSEN = ("cache-dit is not chosen: it skipped no step in the measured run (random weights), so its "
                    "gain is unknown")
