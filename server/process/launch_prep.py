@@ -20,7 +20,7 @@ from ..config.environment import server_environment
 from ..config.local_config import LocalConfig
 from ..launch.spec import LaunchCommand, LaunchSpec
 from ..logs import failures
-from ..storage import private_files
+from ..storage import compile_cache, private_files
 from . import gpu_lock, probe, timeouts
 
 KeyMode = Union[bool, str]       # True: a fresh key per launch; False: none; a string: that key
@@ -67,10 +67,12 @@ def prepare(spec: LaunchSpec, config: LocalConfig, executable: list[str], data_d
     # A new server cannot serve the old jobs' files: wipe its folder. storage/ is checked first (a real
     # folder of ours: through a linked one the wipe would empty another program's folder); rmtree never
     # follows a link at the folder itself, and private_dir then refuses one there.
+    # The environment first: a refused compile cache then leaves the old jobs' files alone.
     storage = private_files.private_dir(data_dir, "storage") / spec.fingerprint()
+    env = server_environment(os.environ, config, {**command.env, STORAGE_ENV: str(storage), "PYTHONUNBUFFERED": "1"},
+                             compile_cache=lambda: compile_cache.compile_cache_dir(data_dir))
     shutil.rmtree(storage, ignore_errors=True)
     private_files.private_dir(data_dir, "storage", spec.fingerprint())
-    env = server_environment(os.environ, config, {**command.env, STORAGE_ENV: str(storage), "PYTHONUNBUFFERED": "1"})
     return Launch(spec, command, port, storage, api_key=key, env=env)
 
 
