@@ -4,8 +4,9 @@ The first clip after ComfyUI starts paid the whole launch when its workflow was 
 records its choices (last_choices.py, into server/storage/last_server.py's file); with the setting on,
 `maybe_start` rebuilds them and runs Local Server's own launch path (session.launch_local) in a daemon
 thread, so the spec and fingerprint are the same and a Local Server queued meanwhile waits on the
-registry's start lock, then reuses the server. It never raises into ComfyUI's import and never
-blocks it; a record that cannot be used starts nothing and says why in one console line.
+registry's start lock, saying so (prestart_wait.py), then reuses the server. It never raises into
+ComfyUI's import and never blocks it; a record that cannot be used starts nothing and says why in one
+console line.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any, Optional
 from ..errors import LauncherError
 from ..server.config.local_config import LocalConfig, load_local_config
 from ..server.storage import last_server
-from . import progress
+from . import prestart_wait, progress
 from .handles import ModelChoice, ServingChoice
 from .last_choices import LOG, PREFIX, choices
 from .session import launch_local
@@ -68,12 +69,14 @@ def maybe_start(config: Optional[LocalConfig] = None) -> Optional[threading.Thre
 
 def _start(model: ModelChoice, serving: ServingChoice, entry: dict[str, Any], config: LocalConfig) -> None:
     def announce(plan: Any) -> None:
+        prestart_wait.planned(plan.spec.fingerprint())
         summary = " ".join(plan.spec.flags()) or "default serving"
         print(f"{PREFIX} starting {model.label or model.model} ({summary}) as the last Local Server did", flush=True)
 
     try:
-        sup, _plan, _loras = launch_local(model, serving, config, ConsoleReporter(), cfg=entry["cfg"],
-                                     queued_jobs=entry["queued_jobs"], on_plan=announce)
+        with prestart_wait.running():   # a Local Server queued meanwhile says it waits for this start
+            sup, _plan, _loras = launch_local(model, serving, config, ConsoleReporter(), cfg=entry["cfg"],
+                                              queued_jobs=entry["queued_jobs"], on_plan=announce)
         print(f"{PREFIX} ready at {sup.url} (log {sup.log_path})", flush=True)
     except LauncherError as err:
         print(f"{PREFIX} failed: {err}", flush=True)

@@ -28,7 +28,7 @@ from ..server import registry
 from ..server.config.local_config import LocalConfig, load_local_config
 from ..server.config.remote_servers import remote_target
 from ..server.launch.loras import LoraPlan, plan_loras
-from . import comfy_bridge, progress
+from . import comfy_bridge, prestart_wait, progress
 from .handles import ModelChoice, ServerHandle, ServingChoice
 from .last_choices import record as record_choices
 
@@ -77,10 +77,12 @@ def launch_local(model: ModelChoice, serving: ServingChoice, config: LocalConfig
     if any(s.spec != plan.spec and s.spec.with_changes(lora=plan.spec.lora) == plan.spec
            for s in registry.all_servers()):
         reporter.text("Restarting: LoRA changed (fused LoRAs and their strengths are part of the server)")
+    fingerprint = plan.spec.fingerprint()
     try:
         sup = registry.get_or_start(plan.spec, config, fallback=plan.fallback, on_status=reporter.launch_status,
                                     keep_alive_minutes=serving.keep_alive_minutes,
-                                    should_cancel=reporter.cancel_requested)
+                                    should_cancel=reporter.cancel_requested,
+                                    on_wait=lambda: reporter.text(prestart_wait.waiting_text(fingerprint)))
     except registry.LaunchCancelled:
         reporter.text("Cancelled while starting: the server and all its processes were stopped")
         comfy_bridge.raise_interrupted()

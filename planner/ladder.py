@@ -18,7 +18,8 @@ The ladder, fastest first (every rung is a LaunchSpec that passes `spec.validate
    With `speed` "fast" (Serving Config), the levers measured faster on the server's line
    (speed_costs.fast_levers: FP8 on 0.30) join every rung and are ranked by cost instead.
 6. Nothing fits: the largest frame count, then the largest frame size, that the leanest
-   rung fits.
+   rung fits. Nothing fits at all: FP8 stays off, but the answer names the FP8 configuration
+   the same walk with FP8 allowed finds (recommendation.fp8_way_out), or says even FP8 does not fit.
 
 VAE tiling is tried at each one-GPU rung (without, then with) instead of only at the end.
 
@@ -51,11 +52,14 @@ from .gpus import GpuInfo, hypothetical_gpus, load_nvml, peer_status, query_gpus
 from .memory import plan
 from .memory_plan import MemoryPlan
 from .model_sizes import ModelSizes, model_sizes
-from .recommendation import Recommendation, Rung
+from .recommendation import Recommendation, Rung, fp8_way_out
 from .request_shape import RequestShape
 from .speed_costs import FAST_NOT_CHOSEN, cost_text, fast_levers, speed_cost
 
 GpuArg = Union[None, Sequence[GpuInfo], Sequence[float]]
+# where something fits; where nothing does, the answer says what FP8 would fit instead (`recommend`)
+FP8_SKIPPED = ("FP8 is skipped (upstream marks Wan2.2 quantization unvalidated); pass allow_fp8 / --allow-fp8 "
+               "to add it as the last resort")
 
 
 def _gpu_list(gpus: GpuArg, nvml: Any = None) -> tuple[list[GpuInfo], str, Optional[bool], list[str]]:
@@ -194,8 +198,7 @@ def build_ladder(base: LaunchSpec, gpus: Sequence[GpuInfo], request: RequestShap
                                   warnings=["FP8 is not validated for Wan2.2 upstream: compare against bf16"]))
         notes.append("FP8 rungs come last: vLLM-Omni marks Wan2.2 quantization unvalidated")
     elif not fast:
-        notes.append("FP8 is skipped (upstream marks Wan2.2 quantization unvalidated); pass allow_fp8 / "
-                     "--allow-fp8 to add it as the last resort")
+        notes.append(FP8_SKIPPED)
     # drop invalid and duplicate rungs
     out: list[Rung] = []
     seen: set[str] = set()
@@ -352,7 +355,14 @@ def recommend(model: Union[str, LaunchSpec], request: Optional[RequestShape] = N
                                       max_frames=_max_frames(fit.spec, smaller, gpu_list, sizes, host_available_gib, v),
                                       gpus=gpu_list, speed=fit.speed, server_version=v)
     leanest = rungs[-1] if rungs else None
-    return Recommendation(spec=None, request=asked, asked=asked, plan=leanest.plan if leanest else None,
+    none = Recommendation(spec=None, request=asked, asked=asked, plan=leanest.plan if leanest else None,
                           label="none", reason="even the leanest configuration (layerwise offload, tiled VAE) "
                           "does not fit these GPUs; the model's weights or host RAM are the limit",
-                          rejected=rejected, notes=notes, gpus=gpu_list, server_version=v)
+                          rejected=rejected, notes=[n for n in notes if n != FP8_SKIPPED], gpus=gpu_list,
+                          server_version=v)
+    # Nothing fits: the same walk with FP8 allowed says which FP8 configuration would (FP8 stays opt-in)
+    fp8_tried = any(r.spec.memory.quantization == "fp8" for r in rungs)
+    none.way_out = fp8_way_out(none if fp8_tried else recommend(
+        base, asked, gpu_list, p2p=p2p, allow_fp8=True, host_available_gib=host_available_gib,
+        min_frames=min_frames, server_version=v, speed=speed))
+    return none

@@ -237,8 +237,9 @@ def resolve_launch(base: LaunchSpec, config: LocalConfig, *, gpus: str = "all", 
                       gpus=chosen if os.environ.get(GPU_MEMORY_ENV) else None, allow_fp8=allow_fp8,
                       server_version=version, speed=speed)
         if rec.spec is None:
+            others = "a smaller model (TI2V-5B), fewer frames or a smaller size, or more GPUs"
             raise LauncherError("No serving configuration fits these GPUs", rec.reason,
-                                "use a smaller model (TI2V-5B), fewer frames or a smaller size, or more GPUs",
+                                f"{rec.way_out}. Otherwise use {others}" if rec.way_out else f"use {others}",
                                 setting="serving", raw=rec.text())
         spec, text = rec.spec, rec.text()
         ids = list(base.gpus or visible)

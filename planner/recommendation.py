@@ -56,6 +56,7 @@ class Recommendation:
     gpus: list[GpuInfo] = field(default_factory=list)
     speed: str = ""                        # the chosen rung's expected cost (planner/speed_costs.py)
     server_version: Optional[Version] = None   # the vLLM-Omni line planned for (None: the pinned default)
+    way_out: str = ""                      # nothing fits: what FP8 would fit, or that even FP8 does not
 
     def __post_init__(self) -> None:   # the rung chosen for a reduced request is not a rejected one
         self.rejected = [r for r in self.rejected if r.spec is not self.spec]
@@ -86,12 +87,15 @@ class Recommendation:
             "gpus": [g.to_dict() for g in self.gpus],
             "speed": self.speed,
             "calibration": self.calibration,
+            "way_out": self.way_out,
         }
 
     def text(self) -> str:
         lines = []
         if self.spec is None:
             lines.append(f"No configuration fits: {self.reason}")
+            if self.way_out:
+                lines.append(f"  {self.way_out}")
         else:
             # shlex.join: the command must paste into a shell as it is (replicas' --stage-overrides is JSON)
             command = shlex.join(["vllm", "serve", self.spec.model, *self.spec.flags()[1:]])
@@ -115,3 +119,29 @@ class Recommendation:
         for n in self.notes:
             lines.append(f"note: {n}")
         return "\n".join(lines)
+
+
+FP8_SWITCH = ("Serving Config's fp8 on, with parallel_mode auto; CLI: plan --allow-fp8, or serve / generate "
+              "--quantization fp8 with --parallel auto")
+
+
+def fp8_way_out(planned: Recommendation) -> str:
+    """The sentence a nothing-fits answer ends with, from `planned`: the same request planned by the same
+    ladder with FP8 allowed. FP8 stays off unless asked (ladder.py), but where nothing else fits the user
+    should read the FP8 configuration that would, with its GPU and host RAM figures, and what it costs;
+    or that even FP8 does not fit, and why."""
+    if planned.spec is None or planned.plan is None:
+        tried = [r for r in planned.rejected if r.spec.memory.quantization == "fp8" and r.plan is not None]
+        if not tried:
+            return "Even FP8 does not fit"
+        leanest = min(tried, key=lambda r: r.plan.peak_gib)   # type: ignore[union-attr]
+        return f"Even FP8 does not fit: its leanest configuration ({leanest.label}) does not: {leanest.why_not}"
+    p = planned.plan
+    gpus = ", ".join(f"{g.peak_gib:.1f} GiB of {g.gpu.available_gib:.1f} on GPU {g.gpu.index}"
+                     for g in p.gpus if g.gpu is not None)
+    host = p.host_ram
+    ram = ("" if not host else f", {host['needed_gib']:.0f} GiB host RAM"
+           + ("" if host.get("available_gib") is None else f" of {host['available_gib']:.0f}"))
+    at = f" at {planned.request.label()} (not {planned.asked.label()})" if planned.reduced else ""
+    return (f"With FP8 allowed ({FP8_SWITCH}), {planned.label} fits{at}: {gpus}{ram}. FP8 changes the frames "
+            "(they are not bf16's) and upstream has not validated Wan2.2 quantization")

@@ -86,20 +86,25 @@ def gpus_overlap(a: Optional[tuple[int, ...]], b: Optional[tuple[int, ...]]) -> 
 
 def get_or_start(spec: LaunchSpec, config: Optional[LocalConfig] = None, *, fallback: Optional[Fallback] = None,
                  on_status: Optional[StatusCallback] = None, keep_alive_minutes: Optional[float] = None,
-                 should_cancel: Optional[Callable[[], bool]] = None) -> Supervisor:
+                 should_cancel: Optional[Callable[[], bool]] = None,
+                 on_wait: Optional[Callable[[], None]] = None) -> Supervisor:
     """Return a ready server for `spec`, reusing, adopting or starting one.
 
     Same spec and alive: reuse. Stopped by keep-alive or crashed for good: start it again
     (same Supervisor, next generation). Otherwise stop every server on overlapping GPUs,
     then adopt a verified left-behind server with this spec, or start a new one.
     Blocks until ready; raises LauncherError with what to change, and LaunchCancelled
-    (its processes gone within 2 s) once `should_cancel()` turns true.
+    (its processes gone within 2 s) once `should_cancel()` turns true. `on_wait` is told, before
+    the wait, that another start holds the start lock (so a node can say what it waits for).
     """
     config = config or load_local_config()
     install_exit_handlers()
     fingerprint = spec.fingerprint()
-    if not cancel_wait.acquire(_start_lock, cancel_wait.quiet(should_cancel)):   # one decision at a time
-        raise LaunchCancelled("waiting for another server start to finish")
+    if not _start_lock.acquire(blocking=False):        # one decision at a time: another start holds it
+        if on_wait is not None:
+            on_wait()
+        if not cancel_wait.acquire(_start_lock, cancel_wait.quiet(should_cancel)):
+            raise LaunchCancelled("waiting for another server start to finish")
     try:
         sup = find(fingerprint)
         if sup is not None:
