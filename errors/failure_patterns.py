@@ -36,6 +36,16 @@ HF_UNREACHABLE = re.compile(
     r"We couldn't connect to '?https?://(?P<host2>[^/\s'\"]+)|"
     r"Error retrieving file list: [^\n]*?(?:" + _NET_FAILURE + r")|"
     r"(?P<offline>OfflineModeIsEnabled[^\n]*|offline mode is enabled[^\n]*)")
+# Wan2.2 S2V's original layout holds its VAE as `Wan2.1_VAE.pth`, which vLLM-Omni 0.30 loads with diffusers'
+# `from_single_file` (pipeline_wan2_2_s2v.py:667-669). diffusers takes a Wan VAE's config from the Hub repo below
+# (single_file_utils.py: every Wan VAE maps to "wan-t2v-14B", single_file_model.py: subfolder "vae"), through the
+# HF cache; when the cache lacks it and the Hub cannot be asked (HF_HUB_OFFLINE, no network),
+# configuration_utils.load_config ends the server with this line.
+WAN_VAE_CONFIG_REPO = "Wan-AI/Wan2.1-T2V-14B-Diffusers"
+WAN_VAE_CONFIG_FILE = "vae/config.json"
+WAN_VAE_CONFIG_LINE = f"OSError: {WAN_VAE_CONFIG_REPO} does not appear to have a file named config.json."
+WAN_VAE_CONFIG_MISSING = re.compile(re.escape(WAN_VAE_CONFIG_REPO) + r" does not appear to have a file named "
+                                    r"config\.json")
 # upstream only warns when vllm and vllm-omni of different major.minor are installed together
 VERSION_MISMATCH = re.compile(r"mismatched major/minor versions")
 

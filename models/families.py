@@ -72,18 +72,20 @@ FAMILIES: dict[str, WanFamily] = {
 
 # The pipelines of issue #30, kept out of FAMILIES so every dropdown and preset built from the
 # three base families stays as released. Shapes from each repo's transformer config; the
-# defaults are the upstream pipeline's own (docs/wan-pipelines.md, sections 3-5).
+# defaults are the upstream pipeline's own (docs/wan-pipelines.md, sections 3-5). DiT parameters
+# counted off the upstream classes at the real configs (bench/gpu/manifest_<family>.json): VACE-14B
+# 17.34 B and VACE-1.3B 2.15 B with their VACE blocks, S2V 16.30 B (1260 tensors, as the released index).
 PIPELINE_FAMILIES: dict[str, WanFamily] = {
     f.key: f
     for f in (
         WanFamily("vace_14b", "Wan2.1 VACE-14B", "Wan-AI/Wan2.1-VACE-14B-diffusers", "WanVACEPipeline",
-                  40, 40, 17.2, 1, 16, 8, 16, "none",
+                  40, 40, 17.34, 1, 16, 8, 16, "none",
                   832, 480, 81, 16.0, 50, 5.0, 5.0, 0.875, 3.0, pipeline="vace", memory_calibrated=False),
         WanFamily("vace_1_3b", "Wan2.1 VACE-1.3B", "Wan-AI/Wan2.1-VACE-1.3B-diffusers", "WanVACEPipeline",
-                  12, 30, 2.1, 1, 16, 8, 16, "none",
+                  12, 30, 2.15, 1, 16, 8, 16, "none",
                   832, 480, 81, 16.0, 50, 5.0, 5.0, 0.875, 3.0, pipeline="vace", memory_calibrated=False),
         WanFamily("s2v_14b", "Wan2.2 S2V-14B", "Wan-AI/Wan2.2-S2V-14B", "WanS2VPipeline",
-                  40, 40, 16.3, 1, 16, 8, 16, "required",
+                  40, 40, 16.30, 1, 16, 8, 16, "required",
                   832, 448, 80, 16.0, 40, 4.5, 4.5, 0.875, 3.0, pipeline="s2v",
                   launch_flags=("--model-class-name", "WanS2VPipeline"), memory_calibrated=False),
         WanFamily("fastwan_ti2v_5b", "FastWan2.2 TI2V-5B (3 steps)", "FastVideo/FastWan2.2-TI2V-5B-FullAttn-Diffusers",

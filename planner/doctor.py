@@ -3,7 +3,8 @@
 Checks: the GPUs (NVML: name, memory, driver, compute capability), peer-to-peer access and
 topology between each pair, GPU memory this process (ComfyUI) holds itself, the server
 environment (planner/doctor_env.py: its python runs a short script: python, vllm, vllm-omni,
-torch, CUDA, diffusers), host RAM, disk space for the model download, the model folder, and the port. Every check
+torch, CUDA, diffusers), host RAM, disk space for the model download, the model folder (a Diffusers folder, or
+S2V's original layout), whether an S2V server finds its VAE config in the HF cache, and the port. Every check
 that could not run says why ("unchecked"), so the report is useful on a machine with no GPU.
 """
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shlex
 import shutil
 import socket
 import subprocess
@@ -19,7 +21,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from ..errors import LauncherError
+from ..errors import failure_patterns as patterns
 from ..models import FAMILIES, WanFamily, family_for, find_local_models
+from ..server.config.environment import server_environment
 from ..server.config.local_config import LocalConfig, load_local_config
 from ..server.launch import hf_cache
 from ..server.launch.loras import STARTUP_SINCE, find_loras, serving_note
@@ -126,12 +130,36 @@ def _check_loras(roots: Sequence[Path], version: Optional[tuple[int, int]]) -> C
                  f"{absent}:{listing}", fix, details={"loras": rows})
 
 
+def _server_env(config: Optional[LocalConfig]) -> dict[str, str]:
+    """The Hugging Face part of the environment a launch would give the server (server/config/environment.py)."""
+    return server_environment(os.environ, config or LocalConfig(), {})
+
+
 def hf_cache_dir(config: Optional[LocalConfig] = None) -> Path:
     """Where `vllm serve` downloads HF repos, for the environment a launch would give it."""
-    env = dict(os.environ)
-    if config is not None:
-        env.update(config.extra_env)
-    return hf_cache.hub_dir(env)
+    return hf_cache.hub_dir(_server_env(config))
+
+
+def _check_wan_vae_config(model: Optional[str], config: LocalConfig) -> list[Check]:
+    """S2V's original layout reads its VAE config from another HF repo at load: whether the server's cache
+    holds it, and whether an offline server would start without it (the launch's own refusal,
+    server/launch/hf_cache.py)."""
+    family = _family_or_none(model)
+    if not model or family is None or not hf_cache.needs_wan_vae_config(model, family):
+        return []
+    env = _server_env(config)
+    repo, file = patterns.WAN_VAE_CONFIG_REPO, patterns.WAN_VAE_CONFIG_FILE
+    found = hf_cache.cached_file(repo, file, env)
+    if found:
+        return [Check("s2v_vae_config", OK,
+                      f"{repo} {file}, which S2V's VAE loader reads, is in the HF cache ({found})")]
+    refusal = hf_cache.wan_vae_config_refusal(model, family, env)
+    if refusal is not None:
+        return [Check("s2v_vae_config", PROBLEM, f"{refusal.what}: {refusal.why}", refusal.fix)]
+    hub = hf_cache.hub_dir(env)
+    return [Check("s2v_vae_config", OK, f"{repo} {file}, which S2V's VAE loader reads, is not in the HF cache ({hub}): "
+                  "the server fetches it from the Hub at load; to start offline (HF_HUB_OFFLINE=1) later, first run "
+                  f"`hf download {repo} {file} --cache-dir {shlex.quote(str(hub))}`")]
 
 
 def _check_model(model: Optional[str], config: LocalConfig) -> list[Check]:
@@ -143,6 +171,8 @@ def _check_model(model: Optional[str], config: LocalConfig) -> list[Check]:
         family = family_for(model)
     except LauncherError as exc:
         return [Check("model", PROBLEM, exc.what, exc.fix)]
+    if path.is_dir() and not (path / "model_index.json").is_file():     # S2V's original layout (family_for knew it)
+        return [_check_s2v_folder(path, family)]
     if path.is_dir():
         parts = ["transformer", "text_encoder", "tokenizer", "vae", "scheduler"]
         if family.experts == 2:
@@ -169,7 +199,8 @@ def _check_model(model: Optional[str], config: LocalConfig) -> list[Check]:
     repo_dir = cache / ("models--" + family.hf_id.replace("/", "--"))
     snapshots = list((repo_dir / "snapshots").glob("*")) if repo_dir.is_dir() else []
     sizes = model_sizes(model)
-    need_gb = (sum(sizes.dit_params) + sizes.text_encoder_params) * 2 / 1e9 + sizes.vae_params * 4 / 1e9
+    need_gb = (sum(sizes.dit_params) + sizes.text_encoder_params) * 2 / 1e9 + sizes.vae_params * 4 / 1e9 \
+        + sizes.audio_encoder_gib * GIB / 1e9
     if snapshots:
         checks.append(Check("model", OK, f"{family.hf_id} is in the HF cache ({repo_dir})"))
     else:
@@ -192,6 +223,26 @@ def _check_model(model: Optional[str], config: LocalConfig) -> list[Check]:
     else:
         checks.append(Check("disk", OK, f"{free_gb:.0f} GB free at {probe} (download needs at least {need_gb:.0f} GB)"))
     return checks
+
+
+# What vLLM-Omni 0.30 reads from Wan2.2 S2V's original layout (pipeline_wan2_2_s2v.py:632-688).
+_S2V_FILES = ("config.json", "Wan2.1_VAE.pth", "models_t5_umt5-xxl-enc-bf16.pth", "google/umt5-xxl",
+              "wav2vec2-large-xlsr-53-english")
+
+
+def _check_s2v_folder(path: Path, family: WanFamily) -> Check:
+    missing = [f for f in _S2V_FILES if not (path / f).exists()]
+    if not any(path.glob("diffusion_pytorch_model*.safetensors")):
+        missing.insert(1, "diffusion_pytorch_model-*.safetensors")
+    partial = [str(f.relative_to(path)) for f in path.rglob("*.incomplete")][:5]
+    if missing or partial:
+        what = "; ".join(x for x in (f"missing {', '.join(missing)}" if missing else "",
+                                      f"unfinished downloads {partial}" if partial else "") if x)
+        return Check("model", PROBLEM, f"{path}: {family.label} (original layout) folder is incomplete: {what}",
+                     f"re-download {family.hf_id} into it (huggingface-cli download {family.hf_id} --local-dir {path})")
+    sizes = model_sizes(str(path))
+    return Check("model", OK, f"{path}: {family.label} (original layout), weights {sizes.to_dict()['dit_gib']} GiB "
+                 f"DiT, {sizes.text_encoder_gib:.1f} GiB text encoder, {sizes.audio_encoder_gib:.1f} GiB audio encoder")
 
 
 def _check_port(host: str, port: Optional[int]) -> Check:
@@ -319,6 +370,7 @@ def run_doctor(model: Optional[str] = None, *, config: Optional[LocalConfig] = N
     checks += _server_env_for_role(env_checks, role)
     checks.append(_check_host_ram(_family_or_none(model), role))
     checks += _check_model(model, config)
+    checks += _check_wan_vae_config(model, config)
     if model_roots:
         checks.append(_check_local_models(model_roots))
     if lora_roots:

@@ -7,7 +7,8 @@ and with how much to spare?" before any process starts. The estimate follows wha
 * Weights are loaded in bf16, the VAE too. Both A14B experts stay resident; server
   `--boundary-ratio 1.0` loads only `transformer_2`, `0.0` only `transformer`
   (`pipeline_wan2_2.py:427-457`). The UMT5-XXL text encoder stays on every rank, unsharded
-  by TP and HSDP (HSDP shards only the transformer blocks, `_hsdp_shard_conditions`).
+  by TP and HSDP (HSDP shards only the transformer blocks, `_hsdp_shard_conditions`). S2V's
+  wav2vec2 audio encoder stays on the GPU too, at its checkpoint's dtype (fp32; model_sizes.py).
 * Denoising keeps one block's activations at a time (inference), so the working set is
   linear in the tokens a rank holds: latent frames (F-1)/4+1 x (H/vae/2) x (W/vae/2),
   divided by the Ulysses/ring degree. CFG runs the two branches one after another
@@ -177,6 +178,11 @@ def _rank_plan(spec: LaunchSpec, req: RequestShape, sizes: ModelSizes, family: W
                                 "UMT5-XXL bf16, a full copy on every rank (TP and HSDP do not shard it)"))
     terms.append(MemoryTerm("VAE weights", vae_w, "resident", f"{sizes.vae_kind} VAE bf16"))
     resident = dit_resident + te_resident + vae_w
+    if sizes.audio_encoder_params:         # S2V: moved to the GPU whatever the offload (model_sizes.py)
+        terms.append(MemoryTerm("audio encoder", sizes.audio_encoder_gib, "resident",
+                                f"wav2vec2 {sizes.audio_encoder_params / 1e9:.2f} B parameters at "
+                                f"{sizes.audio_encoder_bytes:g} bytes each, its checkpoint's dtype, not the server's"))
+        resident += sizes.audio_encoder_gib
     # LoRAs. Fused (distill) ones add nothing once loaded, but each weight's delta B@A is formed on
     # the GPU next to it while loading; the largest is an FFN matrix (and its dtype cast).
     lora_load = 0.0

@@ -7,6 +7,14 @@ cheaply: only the safetensors headers (tensor shapes) and the config.json files,
 weights. The table holds the three Wan-AI *-Diffusers repos, with parameter counts that the
 random-weight H200 runs confirm: "weights 64.2 GiB loaded" for T2V-A14B and "21.2 GiB" for
 TI2V-5B (docs/upstream-facts.md, "H200 measurements") are 2 bytes x these counts.
+
+Wan2.2 S2V-14B is the exception twice over. Its repo has Wan's original layout (no model_index.json:
+the DiT's safetensors and config.json at the root, the text encoder and VAE as .pth files), read by
+`sizes_from_original_folder`. And it has a fourth part, the wav2vec2 audio encoder, which upstream
+loads with transformers' `Wav2Vec2ForCTC.from_pretrained(path)` and no dtype (pipeline_wan2_2_s2v.py:
+674-680): transformers 5 then takes the config's dtype, else the weights' own (`dtype="auto"`), fp32 in
+the released folder, and moves it to the GPU whatever the offload setting, so it is resident at 4
+bytes a parameter.
 """
 from __future__ import annotations
 
@@ -53,6 +61,8 @@ class ModelSizes:
     vae_kind: str                        # "wan2.1" (x8, z16) | "wan2.2" (x16, z48)
     source: str                          # "built-in table" or the folder read
     notes: tuple[str, ...] = field(default=())
+    audio_encoder_params: float = 0.0    # S2V's wav2vec2 (none for the other families)
+    audio_encoder_bytes: float = 4.0     # bytes per parameter as upstream loads it (its checkpoint's dtype)
 
     def dit_gib(self, index: int, bytes_per_param: float = BF16) -> float:
         return self.dit_params[index] * bytes_per_param / GIB
@@ -65,6 +75,10 @@ class ModelSizes:
     def vae_gib(self) -> float:
         return self.vae_params * BF16 / GIB
 
+    @property
+    def audio_encoder_gib(self) -> float:
+        return self.audio_encoder_params * self.audio_encoder_bytes / GIB
+
     def block_gib(self, index: int = 0) -> float:
         """One transformer block (what layerwise offload streams and HSDP gathers)."""
         return self.dit_gib(index) * 0.985 / self.dit.layers
@@ -74,6 +88,7 @@ class ModelSizes:
         data["dit_gib"] = [round(self.dit_gib(i), 3) for i in range(len(self.dit_params))]
         data["text_encoder_gib"] = round(self.text_encoder_gib, 3)
         data["vae_gib"] = round(self.vae_gib, 3)
+        data["audio_encoder_gib"] = round(self.audio_encoder_gib, 3)
         return data
 
 
@@ -83,6 +98,10 @@ class ModelSizes:
 # AutoencoderKLWan with the real configs: Wan2.1 126.9 M, Wan2.2 704.7 M.
 _UMT5_XXL = 5.68e9
 _VAE = {"wan2.1": 126.9e6, "wan2.2": 704.7e6}
+# S2V's wav2vec2-large-xlsr-53-english: transformers' Wav2Vec2ForCTC at XLSR-53 large sizes (24 layers, 1024
+# wide, 7 conv layers of 512) with its 33-token CTC head, 315.47 M (bench/gpu/manifest_s2v_14b.json), fp32.
+_WAV2VEC2_XLSR53 = 315.47e6
+_S2V_AUDIO_DIR = "wav2vec2-large-xlsr-53-english"
 _SHAPES = {
     "t2v_a14b": DitShape(layers=40, heads=40, head_dim=128, ffn_dim=13824, in_channels=16),
     "i2v_a14b": DitShape(layers=40, heads=40, head_dim=128, ffn_dim=13824, in_channels=36),
@@ -106,6 +125,7 @@ def builtin_sizes(family: WanFamily) -> ModelSizes:
         dit=_SHAPES[family.key],
         vae_kind=vae_kind,
         source=f"built-in table for {family.hf_id}",
+        audio_encoder_params=_WAV2VEC2_XLSR53 if family.pipeline == "s2v" else 0.0,
     )
 
 
@@ -192,15 +212,79 @@ def sizes_from_folder(folder: Path, family: WanFamily) -> ModelSizes:
     vae_kind = table.vae_kind
     if vcfg:
         vae_kind = "wan2.2" if int(vcfg.get("z_dim", 16)) == 48 or vcfg.get("is_residual") else "wan2.1"
+    audio_params, audio_bytes, _ = _audio_encoder(folder, table)
     return ModelSizes(family=family.key, dit_params=tuple(dit) or table.dit_params, text_encoder_params=te,
                       vae_params=vae, dit=shape, vae_kind=vae_kind, source=f"read from {folder}",
-                      notes=tuple(notes))
+                      notes=tuple(notes), audio_encoder_params=audio_params, audio_encoder_bytes=audio_bytes)
+
+
+_TORCH_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def _audio_encoder(model: Path, table: ModelSizes) -> tuple[float, float, bool]:
+    """(parameters, bytes per parameter on the GPU, read from the folder) of S2V's wav2vec2 folder in `model`,
+    as `from_pretrained` with dtype "auto" loads it: the config's dtype, else the weights' own; the table's
+    when the folder holds no weights (or the family has no audio encoder)."""
+    folder = model / _S2V_AUDIO_DIR
+    fallback = (table.audio_encoder_params, table.audio_encoder_bytes, False)
+    if not table.audio_encoder_params:
+        return fallback
+    cfg = _read_json(folder / "config.json")
+    named = _TORCH_DTYPE_BYTES.get(str(cfg.get("dtype") or cfg.get("torch_dtype") or ""))
+    files = sorted(folder.glob("*.safetensors"))
+    if files:
+        params, nbytes = (sum(x) for x in zip(*(_safetensors_params(f) for f in files)))
+        return params, float(named or (nbytes / params if params else 4)), True
+    bins = sorted(folder.glob("*.bin"))
+    if not bins:
+        return fallback
+    return sum(f.stat().st_size for f in bins) / 4.0, float(named or 4), True   # no header: the released fp32
+
+
+def _file_params(path: Path, bytes_per_param: int) -> Optional[float]:
+    """A .pth file's parameters from its size (Wan names each file for its dtype), None when absent."""
+    try:
+        return path.stat().st_size / bytes_per_param
+    except OSError:
+        return None
+
+
+def sizes_from_original_folder(folder: Path, family: WanFamily) -> ModelSizes:
+    """S2V's original layout (pipeline_wan2_2_s2v.py:632-688): the DiT's safetensors headers and config.json
+    at the root, the bf16 UMT5 and fp32 VAE .pth files by size, the wav2vec2 folder; missing parts from the table."""
+    table = builtin_sizes(family)
+    notes: list[str] = []
+    shards = sorted(folder.glob("diffusion_pytorch_model*.safetensors"))
+    dit = sum(_safetensors_params(f)[0] for f in shards) if shards else None
+    te = _file_params(folder / "models_t5_umt5-xxl-enc-bf16.pth", 2)
+    vae = _file_params(folder / "Wan2.1_VAE.pth", 4)
+    audio_params, audio_bytes, audio_read = _audio_encoder(folder, table)
+    for part, value in (("diffusion_pytorch_model-*.safetensors", dit), ("models_t5_umt5-xxl-enc-bf16.pth", te),
+                        ("Wan2.1_VAE.pth", vae), (_S2V_AUDIO_DIR + "/", audio_read or None)):
+        if value is None:
+            notes.append(f"{part} is not there yet: assumed the table's size")
+    cfg = _read_json(folder / "config.json")
+    shape = table.dit
+    try:
+        if cfg:
+            shape = DitShape(layers=int(cfg["num_layers"]), heads=int(cfg["num_heads"]),
+                             head_dim=int(cfg["dim"]) // int(cfg["num_heads"]), ffn_dim=int(cfg["ffn_dim"]),
+                             in_channels=int(cfg.get("in_dim", shape.in_channels)),
+                             text_dim=int(cfg.get("text_dim", 4096)))
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        notes.append("config.json lacks Wan's shape keys: used the table's shape")
+    return ModelSizes(family=family.key, dit_params=(dit,) if dit else table.dit_params,
+                      text_encoder_params=te or table.text_encoder_params, vae_params=vae or table.vae_params,
+                      dit=shape, vae_kind=table.vae_kind, source=f"read from {folder} (original layout)",
+                      notes=tuple(notes), audio_encoder_params=audio_params, audio_encoder_bytes=audio_bytes)
 
 
 def model_sizes(model: str) -> ModelSizes:
-    """Sizes for an HF id (built-in table) or a local Diffusers folder (read from its files)."""
+    """Sizes for an HF id (built-in table) or a local folder (read from its files: Diffusers, or S2V's original)."""
     family = family_for(model)
     path = Path(model).expanduser()
     if path.is_dir():
+        if family.pipeline == "s2v" and not (path / "model_index.json").is_file():
+            return sizes_from_original_folder(path, family)
         return sizes_from_folder(path, family)
     return builtin_sizes(family)

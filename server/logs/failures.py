@@ -10,6 +10,7 @@ unknown failure, or a wrong guess, still shows the server's own words.
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
@@ -23,11 +24,11 @@ DEVICES, GATED, MODEL_NOT_FOUND, PORT_IN_USE = "devices", "gated", "model_not_fo
 OMNI_MISSING, VERSION_MISMATCH, NCCL, IMPORT_ERROR = "omni_missing", "version_mismatch", "nccl", "import_error"
 BAD_ARGS, CONFIG, KILLED, TIMEOUT, HUNG, CRASH = "bad_args", "config", "killed", "timeout", "hung", "crash"
 EXECUTABLE, GPU_BUSY, CANCELLED = "executable", "gpu_busy", "cancelled"
-HF_UNREACHABLE = "hf_unreachable"
+HF_UNREACHABLE, HF_CONFIG_MISSING = "hf_unreachable", "hf_config_missing"
 
 # Failures that a restart of the same command would only repeat (never loop on these).
 PERMANENT = frozenset({DEVICES, GATED, MODEL_NOT_FOUND, OMNI_MISSING, IMPORT_ERROR, BAD_ARGS, CONFIG,
-                       EXECUTABLE, OOM_LOAD, HF_UNREACHABLE})
+                       EXECUTABLE, OOM_LOAD, HF_UNREACHABLE, HF_CONFIG_MISSING})
 
 
 class ServerFailure(LauncherError):
@@ -108,6 +109,28 @@ def _hf_unreachable(m: re.Match[str], c: Context) -> tuple[str, str, str, str, s
             "local folder as the model, or copy it into this machine's Hugging Face cache and set HF_HUB_OFFLINE=1 "
             "in the launcher config's extra_env; behind a mirror or a proxy, set HF_ENDPOINT (or HTTPS_PROXY) "
             "there", "model")
+
+
+def vae_config_text(hub: Optional[str], cause: str) -> tuple[str, str, str, str, str]:
+    """Why an S2V server cannot load its VAE config, and how to give it one: said the same before a
+    launch (server/launch/hf_cache.py refuses it), by the doctor, and from a server log (the rule below)."""
+    repo, file = patterns.WAN_VAE_CONFIG_REPO, patterns.WAN_VAE_CONFIG_FILE
+    where = f"the Hugging Face cache at {hub}" if hub else \
+        "the server's Hugging Face cache (HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub)"
+    into = f" --cache-dir {shlex.quote(hub)}" if hub else ""
+    return (HF_CONFIG_MISSING, f"Wan2.2 S2V-14B cannot load its VAE: {repo} {file} is not in the Hugging Face cache",
+            f"vLLM-Omni loads S2V's Wan2.1_VAE.pth with diffusers' from_single_file, which reads the VAE's config "
+            f"from the Hub repo {repo} ({file}) through {where}; {cause}, so upstream stops with: "
+            f"{patterns.WAN_VAE_CONFIG_LINE}",
+            f"download just that file into that cache where huggingface.co is reachable: `hf download {repo} {file}"
+            f"{into}` (huggingface_hub before 1.0: `huggingface-cli download {repo} {file}{into}`), or copy its "
+            f"models--{repo.replace('/', '--')} folder there; or let the server ask the Hub: remove HF_HUB_OFFLINE "
+            "and TRANSFORMERS_OFFLINE from the launcher config's extra_env and from the environment ComfyUI starts in",
+            "extra_env")
+
+
+def _vae_config(m: re.Match[str], c: Context) -> tuple[str, str, str, str, str]:
+    return vae_config_text(None, "offline mode is on or the Hub could not be reached, and the cache does not hold it")
 
 
 def _not_found(m: re.Match[str], c: Context) -> tuple[str, str, str, str, str]:
@@ -191,6 +214,8 @@ _RULES: tuple[tuple[re.Pattern[str], _Rule], ...] = (
     (re.compile(r"--omni flag requires a valid instance of vllm-omni"), _omni_missing),
     (re.compile(r"Stage \d+ requires (\d+) device\(s\)[^\n]*?but (\d+) device\(s\) are available"), _devices),
     (re.compile(r"Access to model .* is restricted|GatedRepoError|Cannot access gated repo"), _gated),
+    # before the not-found rule: the same traceback also names LocalEntryNotFoundError
+    (patterns.WAN_VAE_CONFIG_MISSING, _vae_config),
     (re.compile(r"RepositoryNotFoundError|Repository Not Found|is not a local folder and is not a valid model "
                 r"identifier|did not resolve to a registered Omni pipeline|LocalEntryNotFoundError|"
                 r"model_index\.json[^\n]*(?:not found|No such file)|No such file or directory[^\n]*model_index\.json|"

@@ -18,6 +18,7 @@ from typing import Callable, Optional, Union
 
 from ..config.environment import server_environment
 from ..config.local_config import LocalConfig
+from ..launch.hf_cache import require_wan_vae_config
 from ..launch.spec import LaunchCommand, LaunchSpec
 from ..logs import failures
 from ..storage import compile_cache, private_files
@@ -71,6 +72,7 @@ def prepare(spec: LaunchSpec, config: LocalConfig, executable: list[str], data_d
     storage = private_files.private_dir(data_dir, "storage") / spec.fingerprint()
     env = server_environment(os.environ, config, {**command.env, STORAGE_ENV: str(storage), "PYTHONUNBUFFERED": "1"},
                              compile_cache=lambda: compile_cache.compile_cache_dir(data_dir))
+    require_wan_vae_config(spec.model, spec.family, env)      # an offline S2V server needs a cached file
     shutil.rmtree(storage, ignore_errors=True)
     private_files.private_dir(data_dir, "storage", spec.fingerprint())
     return Launch(spec, command, port, storage, api_key=key, env=env)
