@@ -9,6 +9,11 @@
              Supervisor and client, NVML peak per job; --caps runs jobs under the allocator cap
   levers     (server venv python) issue 26 section 3: our speed levers (compile, cache-dit, FP8, attention
              backends), one server each, PSNR drift vs eager; --cli-jobs: the CLI generate path (issue 25)
+  pipeline-manifest  (CPU, server venv) issue 30: a VACE / S2V / FastWan pipeline's tensors from the upstream
+             classes -> bench/gpu/manifest_<pipeline>.json (bench/gpu/pipeline_manifest.py)
+  pipeline-weights   (device, image python) its random real-size weights in the repo's layout; --remove
+  pipeline   (ComfyUI's python) issue 30: that pipeline through our template in ComfyUI, first + warm job at the
+             template's shape and a held-out shape, NVML peak against the planner's
   report     (any python) the markdown tables of a results folder (one combined ours / native table over
              every head-to-head report under it: the device calls of one session)
 `--family` (manifest, weights, detect, native): ti2v-5b (default) or t2v-a14b (bench/gpu/families.py).
@@ -64,6 +69,31 @@ def _detect(a: argparse.Namespace) -> int:
     return 0 if result["ok"] else 1
 
 
+def _pipeline_manifest(a: argparse.Namespace) -> int:
+    from . import pipeline_manifest
+    from .pipeline_families import pipeline
+
+    p = pipeline(a.pipeline)
+    doc = pipeline_manifest.write(p, Path(a.tokenizer), Path(a.out or p.manifest), tiny=a.tiny)
+    print(f"{a.out or p.manifest}: " + ", ".join(f"{x['name']} {len(x['tensors'])} tensors" for x in doc["parts"]))
+    return 0
+
+
+def _pipeline_weights(a: argparse.Namespace) -> int:
+    from . import pipeline_weights
+    from .pipeline_families import pipeline
+
+    p = pipeline(a.pipeline)
+    if a.remove:
+        print("PIPELINE-WEIGHTS " + json.dumps(pipeline_weights.remove(Path(a.base), p, shared=a.shared)), flush=True)
+        return 0
+    manifest = json.loads(Path(a.manifest or p.manifest).read_text())
+    report = pipeline_weights.build(manifest, Path(a.base), p, seed=a.seed, shard_bytes=int(a.shard_gb * 1e9),
+                                    reserve=int(a.reserve_gib * (1 << 30)))
+    print("PIPELINE-WEIGHTS " + json.dumps(report), flush=True)
+    return 0
+
+
 SCRIPTS = {"e2e": "gpu_e2e.py", "comfyui-e2e": "gpu_comfyui_e2e.py", "a14b": "gpu_a14b.py", "join": "gpu_join.py",
            "replicas": "gpu_replicas.py", "lora-check": "lora_gpu_check.py", "overhead": "overhead_bench.py",
            "throughput": "throughput_bench.py", "decode": "decode_bench.py", "detect-stub": "detect_bench.py",
@@ -116,9 +146,28 @@ def main(argv: list[str] | None = None) -> int:
     for sp in (m, w, d):
         sp.add_argument("--family", choices=sorted(FAMILIES), default="ti2v-5b")
     d.set_defaults(fn=_detect)
-    from . import calibrate, levers, native, report   # their own options
+    from .pipeline_families import PIPELINES
+
+    pm = sub.add_parser("pipeline-manifest", help="issue 30: a pipeline's tensor manifest (CPU, server venv)")
+    pm.add_argument("--tokenizer", required=True, help="a T5TokenizerFast folder (the kit's tiny-wan22-ti2v/tokenizer)")
+    pm.add_argument("--out", help="default: the pipeline's committed manifest (bench/gpu/manifest_<pipeline>.json)")
+    pm.add_argument("--tiny", action="store_true", help="the CPU rehearsal's small sizes, same layout")
+    pm.set_defaults(fn=_pipeline_manifest)
+    pw = sub.add_parser("pipeline-weights", help="issue 30: a pipeline's random real-size weights (or --remove)")
+    pw.add_argument("--base", required=True, help="ComfyUI base directory (models/diffusers/<pipeline>-fullsize)")
+    pw.add_argument("--manifest", help="default: the pipeline's committed manifest")
+    pw.add_argument("--reserve-gib", type=float, default=0.0, help="disk kept free beyond the weights")
+    pw.add_argument("--seed", type=int, default=0)
+    pw.add_argument("--shard-gb", type=float, default=5.0)
+    pw.add_argument("--remove", action="store_true", help="delete the pipeline's folder instead (disk for the next)")
+    pw.add_argument("--shared", action="store_true", help="with --remove: the shared UMT5 file too")
+    pw.set_defaults(fn=_pipeline_weights)
+    for sp in (pm, pw):
+        sp.add_argument("--pipeline", choices=sorted(PIPELINES), required=True)
+    from . import calibrate, levers, native, pipeline_run, report   # their own options
 
     native.add_parser(sub)
+    pipeline_run.add_parser(sub)
     levers.add_parser(sub)
     calibrate.add_parser(sub)
     report.add_parser(sub)

@@ -15,6 +15,15 @@
 #   bash bench/gpu/device.sh levers ...  our speed levers (python -m bench.gpu levers ... under the server venv)
 #   bash bench/gpu/device.sh calibrate . the calibration (python -m bench.gpu calibrate ... under the server venv)
 #   bash bench/gpu/device.sh pack        the server and ComfyUI logs into $OUT/logs.tgz (8 files come back)
+# Issue 30's pipelines (bench/results/gpu-wan-pipelines-plan/README.md): `NO_WEIGHTS=1 ... first N` starts no
+# head-to-head weights (setup then skips their wait and detection), and per pipeline P:
+#   bash bench/gpu/device.sh pweights P  its random weights (foreground; the 14B ones ~45 GiB: one at a time)
+#   bash bench/gpu/device.sh pipeline P ARGS  python -m bench.gpu pipeline --pipeline P ... (ComfyUI's python)
+#   bash bench/gpu/device.sh pclean P [--shared]  delete its weights (--shared: the shared UMT5 too)
+# Issue 25's GPU remainder (bench/results/gpu-issue25-next-plan/README.md): the 0.26 kit (.kit/qNN, built by
+# bench/gpu/kit26.sh) and the overhead / fused LoRA / 0.26 memory steps of bench/gpu/issue25.sh:
+#   bash bench/gpu/device.sh issue25 STEP ARGS   (receive26 NN, setup26 N, cli-first S, cli S, node S, overhead, fused S,
+#                                                mem26 S)
 # Built here by bench/gpu/kit.sh. Keep NVLink multicast off everywhere (NCCL/PyTorch/NVSHMEM variables).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -104,6 +113,7 @@ setup() {
   printf '{"VLLM_OMNI_LAUNCHER_SERVER_ENV": "%s", "VLLM_OMNI_LAUNCHER_CONFIG": "%s"}\n' "$SENV" "$KIT/launcher-config.json" > "$KIT/launcher-env.json"
   "$SENV/bin/python" -c 'import torch, vllm, vllm_omni; print("ENV server torch", torch.__version__, torch.cuda.is_available(), "vllm", vllm.__version__, "vllm-omni", vllm_omni.__version__)' 2>&1 | grep -v -E "^(INFO|WARNING|DEBUG)" | tail -3
   "$CENV/bin/python" -c 'import torch, av, alembic, sqlalchemy, torchsde, pydantic; print("ENV comfy torch", torch.__version__, "av", av.__version__)' 2>&1 | tail -2
+  if [ -f "$KIT/no-weights" ]; then stamp "setup done (no head-to-head weights: pipelines)"; return 0; fi
   local t=0
   while [ ! -f "$MODEL_DIR/.built" ]; do
     if ! pgrep -f "bench.gpu weights" > /dev/null; then stamp "WEIGHTS JOB GONE"; tail -20 "$KIT/weights.log"; return 10; fi
@@ -115,7 +125,7 @@ setup() {
   stamp "setup done"
 }
 
-case "${1:?first N | weights | receive NN | setup N | native ARGS | levers ARGS | calibrate ARGS | pack}" in
+case "${1:?first N | weights | receive NN | setup N | native ARGS | levers ARGS | calibrate ARGS | pweights P | pipeline P ARGS | pclean P | pack}" in
   first)
     stamp "machine"; nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv,noheader
     uname -r; nproc; free -g | head -2; df -h "$HOME" /tmp /dev/shm | tail -3; "$IMAGE_PY" --version
@@ -123,7 +133,7 @@ case "${1:?first N | weights | receive NN | setup N | native ARGS | levers ARGS 
     stash 00
     [ -f "$REPO/.kit/snap.tgz" ] && tar xzf "$REPO/.kit/snap.tgz" -C "$KIT" && export VLLM_OMNI_LAUNCHER_PKG="$KIT/snap" \
       && stamp "package pinned: $(find "$KIT/snap" -name '*.py' | wc -l) files"
-    start_weights ;;
+    if [ -n "${NO_WEIGHTS:-}" ]; then touch "$KIT/no-weights"; stamp "no head-to-head weights"; else start_weights; fi ;;
   weights) start_weights ;;   # again, e.g. with SHM_DIR / RESERVE_GIB changed after `first` said no room
   receive) stash "${2:?NN}"; tail -2 "$KIT/weights.log" ;;
   setup) setup "${2:?N pieces}" ;;
@@ -133,6 +143,14 @@ case "${1:?first N | weights | receive NN | setup N | native ARGS | levers ARGS 
       --data-dir "$KIT/lev-data" --reference "$KIT/lev-reference.npz" "$@" ;;
   calibrate) shift; cd "$REPO" && "$SENV/bin/python" -m bench.gpu calibrate --model "$MODEL_DIR" \
       --data-dir "$KIT/cal-data" "$@" ;;
+  pweights) (cd "$REPO" && "$IMAGE_PY" -m bench.gpu pipeline-weights --pipeline "${2:?pipeline}" --base "$BASE" \
+      --reserve-gib "${RESERVE_GIB_PIPELINE:-1}" 2>&1 | tee -a "$KIT/weights.log" | grep -E "^PIPELINE-WEIGHTS|weights:|Error|error")
+    df -h "$KIT" | tail -1 ;;
+  pipeline) p="${2:?pipeline}"; shift 2; cd "$REPO" && "$CENV/bin/python" -m bench.gpu pipeline --pipeline "$p" \
+      --comfy-dir "$X/comfyui" --python "$CENV/bin/python" --base "$BASE" --launcher-env "$KIT/launcher-env.json" "$@" ;;
+  pclean) (cd "$REPO" && "$IMAGE_PY" -m bench.gpu pipeline-weights --pipeline "${2:?pipeline}" --base "$BASE" --remove \
+      ${3:-}); df -h "$KIT" | tail -1 ;;
+  issue25) shift; . "$REPO/bench/gpu/issue25.sh" "$@" ;;
   pack)   # one tarball of logs: a call returns at most 8 files
     tar czf "$OUT/logs.tgz" -C "$KIT" --ignore-failed-read weights.log pip-server.log pip-comfy.log \
       $(cd "$KIT" && ls -d base/launcher-data/logs base/comfyui.log cal-data/logs lev-logs 2>/dev/null) 2>/dev/null; ls -la "$OUT" ;;

@@ -135,10 +135,15 @@ class HeadToHead:
         return {"prompt": PROMPT + tag, "negative": NEGATIVE + tag, "width": a.width, "height": a.height, "frames": a.frames,
                 "fps": a.fps, "steps": steps, "seed": a.seed + take}
 
-    def start(self) -> None:
+    def comfy_env(self) -> dict[str, str]:
+        """ComfyUI's environment beyond this process's: the launcher's data folder and local settings."""
         env = {"VLLM_OMNI_LAUNCHER_DATA_DIR": str(self.data_dir)}
         if self.a.launcher_env:
             env.update(json.loads(Path(self.a.launcher_env).read_text()))
+        return env
+
+    def start(self) -> None:
+        env = self.comfy_env()
         t0 = time.monotonic()
         self.comfy = self.lg.Comfy(Path(self.a.comfy_dir), self.a.python, env, self.base, self.a.cpu,
                                    tuple(self.a.comfy_arg))
@@ -160,9 +165,10 @@ class HeadToHead:
             raise RuntimeError(f"/prompt refused the graph: {status} {json.dumps(body)[:3000]}")
         return body["prompt_id"]
 
-    def run(self, side: str, label: str, steps: int, prompt: dict, timeout: float) -> dict:
+    def execute(self, prompt: dict, timeout: float) -> tuple[str, dict, list, float, float, float]:
+        """Queue one graph and wait for it: its prompt id, history entry, websocket events, and the times it was
+        queued, seen finished here, and finished by ComfyUI's own event."""
         first = len(self.ws.snapshot())
-        log_before = len(self.server_log_text())
         t0 = time.monotonic()
         pid = self.queue(prompt)
         try:
@@ -174,6 +180,11 @@ class HeadToHead:
         events = self.ws.snapshot()[first:]
         done = next((e["t"] for e in events if e["type"] in ("execution_success", "execution_error")
                      and e["data"].get("prompt_id") == pid), t1)
+        return pid, entry, events, t0, t1, done
+
+    def run(self, side: str, label: str, steps: int, prompt: dict, timeout: float) -> dict:
+        log_before = len(self.server_log_text())
+        pid, entry, events, t0, t1, done = self.execute(prompt, timeout)
         status = entry.get("status", {})
         result: dict[str, Any] = {
             "side": side, "run": label, "steps": steps,
@@ -300,16 +311,20 @@ class HeadToHead:
         except Exception as exc:
             self.report["error"] = f"{type(exc).__name__}: {exc}"[:6000]
         finally:
-            if self.ws is not None:
-                self.ws.close()
-            if self.comfy is not None:
-                self.comfy.stop()
-            if self.ram is not None:
-                self.ram.close()
-            self.gpu.close()
-            self.report["gpu_processes_at_end"] = self.gpu.processes()
-            self.save()
+            self.close()
         return 0 if "error" not in self.report else 1
+
+    def close(self) -> None:
+        """ComfyUI (and the server it launched) stopped, the samplers closed, the report saved."""
+        if self.ws is not None:
+            self.ws.close()
+        if self.comfy is not None:
+            self.comfy.stop()
+        if self.ram is not None:
+            self.ram.close()
+        self.gpu.close()
+        self.report["gpu_processes_at_end"] = self.gpu.processes()
+        self.save()
 
 
 def add_parser(sub: Any) -> None:

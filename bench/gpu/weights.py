@@ -276,9 +276,11 @@ def _write_file(filler: Filler, tensors: list, path: Path, extra: Optional[dict]
     return sum(v.numel() * v.element_size() for v in data.values())
 
 
-def _write_sharded(filler: Filler, tensors: list, folder: Path, stem: str, limit: int) -> int:
-    """save_pretrained's layout: one file, or N shards plus `<stem>.safetensors.index.json`."""
-    groups = shard(tensors, limit)
+def _write_sharded(filler: Filler, tensors: list, folder: Path, stem: str, limit: int,
+                   groups: Optional[list] = None) -> int:
+    """save_pretrained's layout: one file, or N shards plus `<stem>.safetensors.index.json` (`groups`: the
+    shards as given, e.g. a repo's own count, instead of `limit` bytes each)."""
+    groups = groups or shard(tensors, limit)
     if len(groups) == 1:
         return _write_file(filler, tensors, folder / f"{stem}.safetensors")
     weight_map, total = {}, 0
