@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CPU rehearsal of issue 25's device calls (bench/results/gpu-issue25-next-plan/README.md), at tiny sizes, from
-# the repository root:   bash bench/gpu/rehearse_issue25.sh [WORK]        (WORK default /tmp/rehearse-issue25)
+# the repository root:   KIT_MODELS=<kit>/models bash bench/gpu/rehearse_issue25.sh [WORK] (WORK default /tmp/rehearse-issue25)
 # WORK is laid out as the device's $KIT, the venvs standing in: comfy-env is ComfyUI's venv (COMFY_PY), server-env
 # the server venv (SERVER_PY); the tiny TI2V-5B stand-in's weights and ComfyUI's detection are built as
 # bench/gpu/rehearse.sh builds them, and every step of bench/gpu/issue25.sh then runs through device.sh against
@@ -14,7 +14,7 @@ REPO="$(cd "$(dirname "$0")/../.." && pwd)"
 W="${1:-/tmp/rehearse-issue25}"
 COMFYUI_SRC="${COMFYUI_SRC:-/work/comfyui-src}"; COMFY_PY="${COMFY_PY:-/work/comfyui-venv/bin/python}"
 SERVER_PY="${SERVER_PY:-$REPO/.venv-server/bin/python}"
-KIT_MODELS="${KIT_MODELS:-/work/shared/gpu-kit/models}"
+KIT_MODELS="${KIT_MODELS:?the GPU kit's small model folders (tiny-wan22-*), as kit.sh's GPU_KIT/models}"
 cd "$REPO"
 rm -rf "$W"; mkdir -p "$W/x/comfyui" "$W/shm" "$W/pieces26"
 ln -s "$(dirname "$(dirname "$COMFY_PY")")" "$W/comfy-env"
