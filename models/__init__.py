@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Optional
 
 from ..errors import LauncherError
 from .families import (ALL_FAMILIES, FAMILIES, LOCAL_PREFIX, PIPELINE_FAMILIES, LocalModel, WanFamily,
-                       family_for, family_of_folder, find_local_models)
+                       family_for, family_of_folder, find_local_models, is_s2v_original)
 
 if TYPE_CHECKING:
     from ..client.media import AudioClip, ControlVideo, ReferenceImage
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ALL_FAMILIES", "FAMILIES", "LOCAL_PREFIX", "PIPELINE_FAMILIES", "S2V_FRAMES_PER_CLIP_MAX", "LocalModel",
            "WanFamily", "check_media", "check_request", "family_for", "family_of_folder", "find_local_models",
-           "guidance_as_sent", "nearest_frames", "request_for"]
+           "guidance_as_sent", "is_s2v_original", "nearest_frames", "request_for"]
 
 
 S2V_FRAMES_PER_CLIP_MAX = 120    # per-clip frames (memory grows with them; upstream's default is 80)

@@ -130,7 +130,7 @@ def family_for(model: str) -> WanFamily:
 def family_of_folder(path: Path) -> WanFamily:
     """The Wan2.2 family a Diffusers folder holds, from its model_index.json (as upstream reads it)."""
     index = path / "model_index.json"
-    if not index.is_file() and _is_s2v_original(path):
+    if not index.is_file() and is_s2v_original(path):
         return PIPELINE_FAMILIES["s2v_14b"]
     if not index.is_file():
         raise LauncherError(
@@ -160,7 +160,7 @@ def family_of_folder(path: Path) -> WanFamily:
     )
 
 
-def _is_s2v_original(path: Path) -> bool:
+def is_s2v_original(path: Path) -> bool:
     """Wan2.2-S2V-14B ships in Wan's original layout, without model_index.json
     (pipeline_wan2_2_s2v.py:632-688): its audio encoder and VAE files identify it."""
     return (path / "wav2vec2-large-xlsr-53-english").is_dir() and (path / "Wan2.1_VAE.pth").is_file() \
@@ -222,7 +222,7 @@ def find_local_models(roots: Iterable[Path], skipped: Optional[dict[str, str]] =
                 continue
             visited.add(real)
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-            if "model_index.json" not in filenames and not (pipelines and _is_s2v_original(Path(dirpath))):
+            if "model_index.json" not in filenames and not (pipelines and is_s2v_original(Path(dirpath))):
                 continue
             dirnames[:] = []
             folder = Path(dirpath)

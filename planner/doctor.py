@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from ..errors import LauncherError
 from ..errors import failure_patterns as patterns
-from ..models import FAMILIES, WanFamily, family_for, find_local_models
+from ..models import FAMILIES, WanFamily, family_for, find_local_models, is_s2v_original
 from ..server.config.environment import server_environment
 from ..server.config.local_config import LocalConfig, load_local_config
 from ..server.launch import hf_cache
@@ -171,7 +171,7 @@ def _check_model(model: Optional[str], config: LocalConfig) -> list[Check]:
         family = family_for(model)
     except LauncherError as exc:
         return [Check("model", PROBLEM, exc.what, exc.fix)]
-    if path.is_dir() and not (path / "model_index.json").is_file():     # S2V's original layout (family_for knew it)
+    if path.is_dir() and is_s2v_original(path):
         return [_check_s2v_folder(path, family)]
     if path.is_dir():
         parts = ["transformer", "text_encoder", "tokenizer", "vae", "scheduler"]
@@ -200,7 +200,7 @@ def _check_model(model: Optional[str], config: LocalConfig) -> list[Check]:
     snapshots = list((repo_dir / "snapshots").glob("*")) if repo_dir.is_dir() else []
     sizes = model_sizes(model)
     need_gb = (sum(sizes.dit_params) + sizes.text_encoder_params) * 2 / 1e9 + sizes.vae_params * 4 / 1e9 \
-        + sizes.audio_encoder_gib * GIB / 1e9
+        + sizes.audio_encoder_params * sizes.audio_encoder_bytes / 1e9
     if snapshots:
         checks.append(Check("model", OK, f"{family.hf_id} is in the HF cache ({repo_dir})"))
     else:

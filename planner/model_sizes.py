@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ..models import WanFamily, family_for
+from ..models import WanFamily, family_for, is_s2v_original
 
 GIB = 1024 ** 3
 BF16 = 2
@@ -284,7 +284,7 @@ def model_sizes(model: str) -> ModelSizes:
     family = family_for(model)
     path = Path(model).expanduser()
     if path.is_dir():
-        if family.pipeline == "s2v" and not (path / "model_index.json").is_file():
+        if is_s2v_original(path):
             return sizes_from_original_folder(path, family)
         return sizes_from_folder(path, family)
     return builtin_sizes(family)

@@ -55,11 +55,12 @@ def cached_file(repo: str, filename: str, env: Mapping[str, str], revision: str 
     """The cached copy of `repo`'s `filename` that an offline hf_hub_download would return, or None: refs/<revision>
     names the snapshot (read as written, as huggingface_hub does), and the file must exist in it (a link to a
     missing blob does not)."""
+    folder = repo_dir(repo, env)
     try:
-        commit = (repo_dir(repo, env) / "refs" / revision).read_text()
+        commit = (folder / "refs" / revision).read_text()
     except (OSError, UnicodeDecodeError):
         return None
-    path = repo_dir(repo, env) / "snapshots" / commit / filename
+    path = folder / "snapshots" / commit / filename
     return path if commit and os.path.exists(path) else None
 
 

@@ -189,7 +189,7 @@ S2V_NOTE = (
     "input folder: upload your own. The video is as long as the audio, at 16 fps, in parts of 80 frames, with the "
     "audio in the saved MP4.\n\n"
     "Needs: one NVIDIA GPU with 80 GB or more; the planner's estimate (not yet measured for S2V) is about "
-    "51 GiB at 832x448. Model download: Wan-AI/Wan2.2-S2V-14B (the original Wan layout, served with "
+    "52 GiB at 832x448. Model download: Wan-AI/Wan2.2-S2V-14B (the original Wan layout, served with "
     "--model-class-name WanS2VPipeline, which the launcher adds), about 45 GB.\n\n"
     + RECOMMENDED + ": 832x448, 80 frames per part, 40 steps. Sizes must be multiples of 16.\n\n" + SETUP)
 FAST_NOTE = (
