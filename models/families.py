@@ -52,7 +52,9 @@ class WanFamily:
     pipeline: str = "wan"
     min_version: tuple[int, int] = (0, 26)   # the first vLLM-Omni line whose registry serves it
     launch_flags: tuple[str, ...] = ()       # what `vllm serve` needs for this family (never a workflow's)
-    memory_calibrated: bool = True           # False: the planner's estimate awaits the GPU run
+    # The vLLM-Omni lines on which the planner's memory estimate for this family was checked against a
+    # real server's GPU peaks (planner/calibration.py says with what); a plan for another line says so.
+    memory_measured_on: tuple[tuple[int, int], ...] = ((0, 26), (0, 30))
 
 
 FAMILIES: dict[str, WanFamily] = {
@@ -80,18 +82,18 @@ PIPELINE_FAMILIES: dict[str, WanFamily] = {
     for f in (
         WanFamily("vace_14b", "Wan2.1 VACE-14B", "Wan-AI/Wan2.1-VACE-14B-diffusers", "WanVACEPipeline",
                   40, 40, 17.34, 1, 16, 8, 16, "none",
-                  832, 480, 81, 16.0, 50, 5.0, 5.0, 0.875, 3.0, pipeline="vace", memory_calibrated=False),
+                  832, 480, 81, 16.0, 50, 5.0, 5.0, 0.875, 3.0, pipeline="vace", memory_measured_on=((0, 30),)),
         WanFamily("vace_1_3b", "Wan2.1 VACE-1.3B", "Wan-AI/Wan2.1-VACE-1.3B-diffusers", "WanVACEPipeline",
                   12, 30, 2.15, 1, 16, 8, 16, "none",
-                  832, 480, 81, 16.0, 50, 5.0, 5.0, 0.875, 3.0, pipeline="vace", memory_calibrated=False),
+                  832, 480, 81, 16.0, 50, 5.0, 5.0, 0.875, 3.0, pipeline="vace", memory_measured_on=((0, 30),)),
         WanFamily("s2v_14b", "Wan2.2 S2V-14B", "Wan-AI/Wan2.2-S2V-14B", "WanS2VPipeline",
                   40, 40, 16.30, 1, 16, 8, 16, "required",
                   832, 448, 80, 16.0, 40, 4.5, 4.5, 0.875, 3.0, pipeline="s2v",
-                  launch_flags=("--model-class-name", "WanS2VPipeline"), memory_calibrated=False),
+                  launch_flags=("--model-class-name", "WanS2VPipeline"), memory_measured_on=((0, 30),)),
         WanFamily("fastwan_ti2v_5b", "FastWan2.2 TI2V-5B (3 steps)", "FastVideo/FastWan2.2-TI2V-5B-FullAttn-Diffusers",
                   "WanDMDPipeline", 24, 30, 5.0, 1, 32, 16, 48, "none",
                   1280, 704, 121, 24.0, 3, 1.0, 1.0, 0.875, 8.0, pipeline="dmd", min_version=(0, 30),
-                  memory_calibrated=False),
+                  memory_measured_on=((0, 30),)),
     )
 }
 ALL_FAMILIES: dict[str, WanFamily] = {**FAMILIES, **PIPELINE_FAMILIES}

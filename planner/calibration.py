@@ -111,6 +111,16 @@ CALIBRATION: dict[str, float] = {
     "layerwise_te_resident_fraction": 1.0,
     # FP8: linear weights at 1 byte, the rest (norms, embeddings, modulation) stays bf16.
     "fp8_weight_fraction": 0.52,
+    # The pipelines beyond plain Wan2.2 (docs/wan-pipelines.md), MEASURED on vLLM-Omni 0.30 through our nodes
+    # on one H100 (real-size random weights, NVML peak of each job less ComfyUI's own context:
+    # bench/results/h100-wan-pipelines-vllm-omni-0.30/, checked by tests/unit/test_memory_model_pipelines_0_30.py);
+    # the 0.26 line uses the same values unmeasured (its plans for these families say UNCALIBRATED).
+    # VACE's context encode holds the control video, its mask (all ones without one), and the inactive and
+    # reactive halves, in bf16 and fp32: fitted 11.4 bf16 videos on VACE-1.3B at 832x480x81 (where the encode
+    # sets the peak); its held-out 1280x720x49 is then -1.4%, VACE-14B (peak in the denoise, with the VACE hints
+    # term) +1.8% / +6.0%. S2V-14B (its loader's second token embedding counted: planner/model_sizes.py) and
+    # FastWan need nothing of their own: +1.5% / +1.1% and +3.5% / +3.7%.
+    "vace_encode_video_copies": 11.4,
     # Safety margin a plan keeps free on every GPU: fraction of the card, and at least this.
     "margin_fraction": 0.03,
     "margin_min_gib": 0.5,

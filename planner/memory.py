@@ -42,7 +42,7 @@ from typing import Any, Optional, Sequence, Union
 
 from ..models import WanFamily
 from ..server.launch.spec import LaunchSpec
-from .calibration import TILE_PX, calibration_for
+from .calibration import TILE_PX, calibrated_line, calibration_for
 from .gpus import GpuInfo, hypothetical_gpus, query_gpus
 from .memory_plan import GpuPlan, MemoryPlan, MemoryTerm
 from .model_sizes import BF16, GIB, ModelSizes, model_sizes
@@ -105,7 +105,7 @@ def plan(spec: LaunchSpec, request: Optional[RequestShape] = None, gpus: GpuArg 
         notes.append("host RAM is too small for the offloaded weights (pinned CPU copies)")
     if gpus is None and placed and placed[0] is None:
         notes.append(source)
-    _general_notes(spec, request, family, notes)
+    _general_notes(spec, request, family, notes, server_version)
     return MemoryPlan(spec=spec, request=request, sizes=sizes, gpus=plans, fits=fits, host_ram=host,
                       notes=_dedupe(notes), gpu_source=source, server_version=server_version)
 
@@ -174,8 +174,10 @@ def _rank_plan(spec: LaunchSpec, req: RequestShape, sizes: ModelSizes, family: W
                                 "streamed from pinned host RAM (vLLM-Omni 0.30)"))
     else:
         te_resident = te
+        twice = " (with a second copy of its token embedding: S2V's converted checkpoint)" \
+            if sizes.embedding_copy_params else ""
         terms.append(MemoryTerm("text encoder", te, "resident",
-                                "UMT5-XXL bf16, a full copy on every rank (TP and HSDP do not shard it)"))
+                                f"UMT5-XXL bf16{twice}, a full copy on every rank (TP and HSDP do not shard it)"))
     terms.append(MemoryTerm("VAE weights", vae_w, "resident", f"{sizes.vae_kind} VAE bf16"))
     resident = dit_resident + te_resident + vae_w
     if sizes.audio_encoder_params:         # S2V: moved to the GPU whatever the offload (model_sizes.py)
@@ -208,6 +210,11 @@ def _rank_plan(spec: LaunchSpec, req: RequestShape, sizes: ModelSizes, family: W
     terms.append(MemoryTerm("DiT activations", act, "denoise",
                             f"{tok_rank:,} tokens on this rank x {units:.1f} hidden vectors{split}"))
     denoise = act
+    if sizes.dit.vace_blocks:
+        hints = sizes.dit.vace_blocks * tok_rank * hidden_bytes * req.batch / GIB
+        terms.append(MemoryTerm("VACE hints", hints, "denoise",
+                                f"the {sizes.dit.vace_blocks} VACE blocks' outputs, all held through the forward"))
+        denoise += hints
     if family.key in ("ti2v_5b", "fastwan_ti2v_5b"):      # both expand_timesteps (TI2V-5B's DiT)
         temb = tok_rank * hidden_bytes * cal["temb_units_ti2v"] * req.batch / GIB
         terms.append(MemoryTerm("per-token timestep modulation", temb, "denoise",
@@ -256,7 +263,7 @@ def _rank_plan(spec: LaunchSpec, req: RequestShape, sizes: ModelSizes, family: W
     if lora_load:
         phases["load"] = resident + lora_load
     if family.image_input == "required" or family.pipeline == "vace":
-        enc, enc_note = _vae_encode_gib(req, sizes, spec, cal)
+        enc, enc_note = _vae_encode_gib(req, sizes, spec, cal, family.pipeline)
         what = {"vace": "VACE context: control video or blank", "s2v": "S2V reference and motion frames"}
         terms.append(MemoryTerm(f"VAE encode ({what.get(family.pipeline, 'I2V condition')})", enc, "encode",
                                 enc_note))
@@ -313,14 +320,20 @@ def _vae_decode_gib(req: RequestShape, sizes: ModelSizes, family: WanFamily, spe
         "(--vae-use-tiling shrinks this)", False
 
 
-def _vae_encode_gib(req: RequestShape, sizes: ModelSizes, spec: LaunchSpec, cal: dict[str, float]) -> tuple[float, str]:
+def _vae_encode_gib(req: RequestShape, sizes: ModelSizes, spec: LaunchSpec, cal: dict[str, float],
+                   pipeline: str) -> tuple[float, str]:
+    """The encode phase's working set: the encoder's (per pixel of one frame, or one tile) plus the copies of
+    the input video it holds. VACE holds more of them: the control video, its mask, and the inactive and
+    reactive halves it encodes one after the other (pipeline_wan2_2_vace.py, prepare_video_latents)."""
     px_coef = cal["vae_encode_px_wan2.1"]
     w, h, f = req.width, req.height, req.frames
     video = 3 * f * h * w * 2 * req.batch / GIB
+    copies = cal["vace_encode_video_copies"] if pipeline == "vace" else 2.0
+    what = "the control video, its mask and both halves" if pipeline == "vace" else "the image + F-1 black frames"
     tiled = spec.memory.vae_tiling or (spec.parallel.vae_patch > 1 and spec.parallel.world_size > 1)
     if tiled and (w > TILE_PX or h > TILE_PX):
-        return px_coef * TILE_PX * TILE_PX / GIB + 2 * video, "tiled encode of the image + black frames"
-    return px_coef * h * w * req.batch / GIB + 2 * video, "untiled encode of the image + F-1 black frames"
+        return px_coef * TILE_PX * TILE_PX / GIB + copies * video, f"tiled encode of {what}"
+    return px_coef * h * w * req.batch / GIB + copies * video, f"untiled encode of {what}"
 
 
 def _host_ram(spec: LaunchSpec, sizes: ModelSizes, available: Optional[float], cal: dict[str, float]) -> dict[str, Any]:
@@ -353,10 +366,13 @@ def _host_ram(spec: LaunchSpec, sizes: ModelSizes, available: Optional[float], c
     return result
 
 
-def _general_notes(spec: LaunchSpec, req: RequestShape, family: WanFamily, notes: list[str]) -> None:
-    if not family.memory_calibrated:
-        notes.append(f"UNCALIBRATED: the {family.label} estimate comes from the model's shape and the Wan2.2 "
-                     "coefficients, not from a GPU run of this model (docs/wan-pipelines.md, section 7); "
+def _general_notes(spec: LaunchSpec, req: RequestShape, family: WanFamily, notes: list[str],
+                   server_version: Optional[tuple[int, int]]) -> None:
+    line = calibrated_line(server_version)
+    if line not in family.memory_measured_on:
+        measured = ", ".join(f"{a}.{b}" for a, b in family.memory_measured_on)
+        notes.append(f"UNCALIBRATED on vLLM-Omni {line[0]}.{line[1]}: the {family.label} estimate was checked "
+                     f"against a real server on vLLM-Omni {measured} only (docs/wan-pipelines.md, section 7); "
                      "leave extra headroom")
     if spec.memory.vae_slicing and req.batch <= 1:
         notes.append("--vae-use-slicing splits only a batch; at batch 1 it saves nothing")

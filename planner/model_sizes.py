@@ -43,6 +43,9 @@ class DitShape:
     ffn_dim: int
     in_channels: int
     text_dim: int = 4096
+    # VACE: the blocks of `vace_layers`. The forward computes every block's hint before the main blocks
+    # and holds them all until each is added (vllm-omni wan2_2_vace_transformer.py:256-289).
+    vace_blocks: int = 0
 
     @property
     def hidden(self) -> int:
@@ -63,13 +66,19 @@ class ModelSizes:
     notes: tuple[str, ...] = field(default=())
     audio_encoder_params: float = 0.0    # S2V's wav2vec2 (none for the other families)
     audio_encoder_bytes: float = 4.0     # bytes per parameter as upstream loads it (its checkpoint's dtype)
+    # S2V's original layout: upstream converts the Wan T5 checkpoint with `shared` and `encoder.embed_tokens`
+    # as two parameters over one tensor, and moving the module to the GPU copies each (pipeline_wan2_2_s2v.py:
+    # 459-461, 498-500, 664-665): a second token embedding on the GPU. Measured: the server logs 44.39 GiB
+    # loaded where the parts without it come to 42.35 (bench/results/h100-wan-pipelines-vllm-omni-0.30/).
+    embedding_copy_params: float = 0.0
 
     def dit_gib(self, index: int, bytes_per_param: float = BF16) -> float:
         return self.dit_params[index] * bytes_per_param / GIB
 
     @property
     def text_encoder_gib(self) -> float:
-        return self.text_encoder_params * BF16 / GIB
+        """On the GPU: the encoder, and the second embedding where the loader makes one."""
+        return (self.text_encoder_params + self.embedding_copy_params) * BF16 / GIB
 
     @property
     def vae_gib(self) -> float:
@@ -101,6 +110,7 @@ _VAE = {"wan2.1": 126.9e6, "wan2.2": 704.7e6}
 # S2V's wav2vec2-large-xlsr-53-english: transformers' Wav2Vec2ForCTC at XLSR-53 large sizes (24 layers, 1024
 # wide, 7 conv layers of 512) with its 33-token CTC head, 315.47 M (bench/gpu/manifest_s2v_14b.json), fp32.
 _WAV2VEC2_XLSR53 = 315.47e6
+_UMT5_EMBEDDING = 256384 * 4096   # UMT5-XXL's token embedding (vocabulary x width)
 _S2V_AUDIO_DIR = "wav2vec2-large-xlsr-53-english"
 _SHAPES = {
     "t2v_a14b": DitShape(layers=40, heads=40, head_dim=128, ffn_dim=13824, in_channels=16),
@@ -108,8 +118,8 @@ _SHAPES = {
     "ti2v_5b": DitShape(layers=30, heads=24, head_dim=128, ffn_dim=14336, in_channels=48),
     # docs/wan-pipelines.md: the repos' transformer configs (VACE: Wan2.1 14B / 1.3B plus its VACE
     # blocks, counted in models/ dit_params_b; S2V: wan_s2v_14B; FastWan: the TI2V-5B DiT).
-    "vace_14b": DitShape(layers=40, heads=40, head_dim=128, ffn_dim=13824, in_channels=16),
-    "vace_1_3b": DitShape(layers=30, heads=12, head_dim=128, ffn_dim=8960, in_channels=16),
+    "vace_14b": DitShape(layers=40, heads=40, head_dim=128, ffn_dim=13824, in_channels=16, vace_blocks=8),
+    "vace_1_3b": DitShape(layers=30, heads=12, head_dim=128, ffn_dim=8960, in_channels=16, vace_blocks=15),
     "s2v_14b": DitShape(layers=40, heads=40, head_dim=128, ffn_dim=13824, in_channels=16),
     "fastwan_ti2v_5b": DitShape(layers=30, heads=24, head_dim=128, ffn_dim=14336, in_channels=48),
 }
@@ -126,6 +136,7 @@ def builtin_sizes(family: WanFamily) -> ModelSizes:
         vae_kind=vae_kind,
         source=f"built-in table for {family.hf_id}",
         audio_encoder_params=_WAV2VEC2_XLSR53 if family.pipeline == "s2v" else 0.0,
+        embedding_copy_params=_UMT5_EMBEDDING if family.pipeline == "s2v" else 0.0,   # its repo: original layout
     )
 
 
@@ -205,7 +216,8 @@ def sizes_from_folder(folder: Path, family: WanFamily) -> ModelSizes:
             shape = DitShape(layers=int(cfg["num_layers"]), heads=int(cfg["num_attention_heads"]),
                              head_dim=int(cfg["attention_head_dim"]), ffn_dim=int(cfg["ffn_dim"]),
                              in_channels=int(cfg.get("in_channels", shape.in_channels)),
-                             text_dim=int(cfg.get("text_dim", 4096)))
+                             text_dim=int(cfg.get("text_dim", 4096)),
+                             vace_blocks=len(cfg.get("vace_layers") or ()) or shape.vace_blocks)
         except (KeyError, TypeError, ValueError):
             notes.append("transformer/config.json lacks the Wan shape keys: used the table's shape")
     vcfg = _read_json(folder / "vae" / "config.json")
@@ -276,7 +288,8 @@ def sizes_from_original_folder(folder: Path, family: WanFamily) -> ModelSizes:
     return ModelSizes(family=family.key, dit_params=(dit,) if dit else table.dit_params,
                       text_encoder_params=te or table.text_encoder_params, vae_params=vae or table.vae_params,
                       dit=shape, vae_kind=table.vae_kind, source=f"read from {folder} (original layout)",
-                      notes=tuple(notes), audio_encoder_params=audio_params, audio_encoder_bytes=audio_bytes)
+                      notes=tuple(notes), audio_encoder_params=audio_params, audio_encoder_bytes=audio_bytes,
+                      embedding_copy_params=_UMT5_EMBEDDING)
 
 
 def model_sizes(model: str) -> ModelSizes:

@@ -7,8 +7,8 @@ prompt), `held-out` at the pipeline's held-out shape (larger in tokens, so the a
 jobs cannot stand in for its peak). Per job: ComfyUI's node seconds (websocket), the server's own stage seconds
 and denoise rate (its log: the DEBUG_PERF stage line where the pipeline prints one, else tqdm's s/it), the NVML
 peak of the whole GPU, host RSS of ComfyUI and the server, and the planner's predicted peak for the same
-request on the server the node launched (`planner_peak_gib`, `planner_error_pct`: what calibrating
-memory_calibrated=False needs). A job that would not fit before `--deadline-s` is skipped and named; the
+request on the server the node launched (`planner_peak_gib`, `planner_error_pct`: the figures a family's
+memory calibration is fitted and checked on; bench/results/h100-wan-pipelines-vllm-omni-0.30/). A job that would not fit before `--deadline-s` is skipped and named; the
 server is stopped at the end (Stop Server) so the next call starts clean. ComfyUI's input folder gets the media
 the templates' loaders name: control.mp4 (100 frames of 1280x720), speech.wav (3 s), example.png (ComfyUI's).
 """

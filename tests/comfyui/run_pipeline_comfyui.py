@@ -85,7 +85,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="vllm-omni-comfyui-pipelines-"))
     report: dict[str, Any] = {"comfyui": comfyui_version(Path(comfy_dir))}
     with rr.comfy_instances(work) as started:
-        # one 141 GB GPU: S2V-14B's plan (about 52 GiB, uncalibrated) fits without offload
+        # one 141 GB GPU: S2V-14B's plan (about 54.5 GiB) fits without offload
         env = {**rr.launcher_env(work, step_s=0.01), "VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB": "141"}
         comfy = ComfyUI(Path(comfy_dir).expanduser().resolve(), python, env)
         started.append(comfy)

@@ -177,9 +177,9 @@ VACE_NOTE = (
     "makes them 832x480: the control video must be exactly as long and as large as the request (Generate VACE "
     "Video refuses another length or size before sending). For reference images instead, connect an IMAGE batch "
     "(1-4 images) to reference_images and disconnect control_video: the server takes one or the other.\n\n"
-    "Needs: one NVIDIA GPU with 24 GB or more: the planner's estimate (not yet measured for VACE) is about "
-    "22 GiB at 832x480, 81 frames. Model download: Wan-AI/Wan2.1-VACE-1.3B-diffusers, about 20 GB (estimated; "
-    "VACE-14B: about 80 GB and 54 GiB). "
+    "Needs: one NVIDIA GPU with 24 GB or more: the planner's estimate (measured: within 3%) is about "
+    "24 GiB at 832x480, 81 frames, so on a 24 GB card Serving Config 'auto' adds layerwise offload. Model "
+    "download: Wan-AI/Wan2.1-VACE-1.3B-diffusers, about 20 GB (estimated; VACE-14B: about 80 GB and 57 GiB). "
     "Masks and first/last frames are not possible: vLLM-Omni's HTTP API does not carry them.\n\n"
     + RECOMMENDED + ": 832x480, 81 frames at 16 fps, 50 steps. Sizes must be multiples of 16, frames 4k+1.\n\n"
     + SETUP)
@@ -188,15 +188,15 @@ S2V_NOTE = (
     "Load Image reads example.png (the face to animate) and Load Audio speech.wav (at most 20 s) from ComfyUI's "
     "input folder: upload your own. The video is as long as the audio, at 16 fps, in parts of 80 frames, with the "
     "audio in the saved MP4.\n\n"
-    "Needs: one NVIDIA GPU with 80 GB or more; the planner's estimate (not yet measured for S2V) is about "
-    "52 GiB at 832x448. Model download: Wan-AI/Wan2.2-S2V-14B (the original Wan layout, served with "
+    "Needs: one NVIDIA GPU with 80 GB or more; the planner's estimate (measured: within 2%) is about "
+    "54 GiB at 832x448. Model download: Wan-AI/Wan2.2-S2V-14B (the original Wan layout, served with "
     "--model-class-name WanS2VPipeline, which the launcher adds), about 45 GB.\n\n"
     + RECOMMENDED + ": 832x448, 80 frames per part, 40 steps. Sizes must be multiples of 16.\n\n" + SETUP)
 FAST_NOTE = (
     "FastWan2.2 TI2V-5B: text to video in 3 steps, on one GPU\n\n"
     "A step-distilled TI2V-5B: the server runs its own 3 steps without CFG, so steps stay 0 and guidance -1 "
     "(Generate Video refuses other values, which the server would ignore). Needs vLLM-Omni 0.30 and one NVIDIA "
-    "GPU with 40 GB or more: the planner's estimate (not yet measured for FastWan) is about 38 GiB at 1280x704, "
+    "GPU with 40 GB or more: the planner's estimate (measured: within 4%) is about 38 GiB at 1280x704, "
     "121 frames; Serving config 'auto' offloads on smaller cards. Model download: "
     "FastVideo/FastWan2.2-TI2V-5B-FullAttn-Diffusers, about 23 GB.\n\n"
     + RECOMMENDED + ": 1280x704, 121 frames at 24 fps. Sizes must be multiples of 32, frames 4k+1.\n\n" + SETUP)

@@ -96,10 +96,16 @@ def test_fastwan_is_refused_on_a_server_line_without_its_pipeline():
     assert "needs vLLM-Omni 0.30" in info.value.what and info.value.setting == "model"
 
 
+@pytest.mark.parametrize("family", [f for f in PIPELINE_FAMILIES.values() if f.min_version <= (0, 26)],
+                         ids=lambda f: f.key)
+def test_a_new_family_planned_for_0_26_says_it_was_measured_on_0_30_only(family):
+    text = plan(LaunchSpec(model=family.hf_id), gpus=[141.0], server_version=(0, 26)).text()
+    assert "UNCALIBRATED on vLLM-Omni 0.26" in text and family.label in text and "0.30 only" in text
+
+
 @pytest.mark.parametrize("family", list(PIPELINE_FAMILIES.values()), ids=lambda f: f.key)
-def test_the_plan_of_a_new_family_says_it_is_uncalibrated(family):
-    text = plan(LaunchSpec(model=family.hf_id), gpus=[141.0]).text()
-    assert "UNCALIBRATED" in text and family.label in text
+def test_a_new_family_planned_for_0_30_is_not_marked_uncalibrated(family):
+    assert "UNCALIBRATED" not in plan(LaunchSpec(model=family.hf_id), gpus=[141.0], server_version=(0, 30)).text()
 
 
 def test_the_plan_of_a_measured_family_is_not_marked_uncalibrated():
