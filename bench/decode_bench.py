@@ -73,14 +73,15 @@ def make_clip(count: int, width: int, height: int, fps: int, seed: int = 1234) -
     return buf.getvalue()
 
 
-def make_noise_clip(count: int, width: int, height: int, fps: int, seed: int = 1234) -> bytes:
-    """A random-weight model's kind of clip, with vLLM-Omni's encoder settings (see the docstring)."""
+def make_noise_clip(count: int, width: int, height: int, fps: int, seed: int = 1234, crf: int = 18) -> bytes:
+    """A random-weight model's kind of clip, with vLLM-Omni's encoder settings (see the docstring); a lower
+    `crf` makes it larger (bench/node_overhead.py: 14, 59 MB at 1280x704x121, near the H100 clip's 67 MB)."""
     rng = np.random.default_rng(seed)
     buf = io.BytesIO()
     with av.open(buf, "w", format="mp4") as out:
         stream = out.add_stream("libx264", rate=Fraction(fps))
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
-        stream.options = {"preset": "ultrafast", "crf": "18", "threads": "0"}
+        stream.options = {"preset": "ultrafast", "crf": str(crf), "threads": "0"}
         for _ in range(count):
             small = rng.integers(128 - NOISE_AMPLITUDE, 128 + NOISE_AMPLITUDE, size=(height // 2, width // 2, 3),
                                  dtype=np.int16).astype(np.uint8)

@@ -13,6 +13,7 @@ milliseconds without polling fast for long; cancellation is checked at least eve
 """
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, Callable, Optional
 
@@ -198,6 +199,18 @@ class VideoClient:
         prepared: Optional[PreparedOutput] = None
         kind = job_kind(req)
         cadence = PollCadence(poll, due, LEARNED.get(self.base_url, kind), self._clock)
+        deleter: list[threading.Thread] = []
+
+        def delete_early() -> None:
+            """The MP4 is in hand: the job's DELETE runs while its frames are decoded (or its header
+            checked), off the caller's path; it is joined before generate returns, on every way out."""
+            nonlocal cleanup
+            if cleanup:
+                cleanup = False
+                deleter.append(threading.Thread(target=self.delete, args=(job_id,), name="vllm-omni-delete",
+                                                daemon=True))
+                deleter[0].start()
+
         try:
             while True:
                 if should_cancel is not None and should_cancel():
@@ -248,13 +261,14 @@ class VideoClient:
             probed: Optional[VideoInfo] = None
             if decode:
                 got = self._jobs.download_decoded(job_id, bounds, prepared.take() if prepared is not None else None,
-                                                  should_cancel)
+                                                  should_cancel, on_downloaded=delete_early)
                 mp4, video = got.mp4, got.video
                 timings["downloaded"], timings["decoded"] = got.downloaded_at - t0, got.decoded_at - t0
                 timings["read_wait"] = got.read_wait_s
             else:
                 mp4 = self._jobs.download(job_id, bounds.max_bytes, bounds.cap_reason, should_cancel)
                 timings["downloaded"] = time.monotonic() - t0
+                delete_early()
                 probed = probe_mp4(mp4, bounds=bounds)
                 timings["decoded"] = time.monotonic() - t0
         except Cancelled:
@@ -268,6 +282,8 @@ class VideoClient:
                 prepared.drop()
             if cleanup:
                 self.delete(job_id)
+            for thread in deleter:
+                thread.join()
         return GenerationResult(job_id, mp4, video, timings, state.raw, probed)
 
     def job_failure(self, job_id: str, state: JobState) -> LauncherError:

@@ -50,6 +50,8 @@ FAST_POLL_S = 0.02      # poll interval inside the window; on an H200 at 1280x70
 FAST_WINDOW_S = 1.5     # how long one window lasts: at most FAST_WINDOW_S / FAST_POLL_S = 75 fast polls
 LEAD_S = 0.5            # a learned end opens its window this much early (a poll interval of jitter in
                         # when the job was seen starting, plus the job's own spread)
+HINT_CHECK_S = 0.005    # once the hint says DENOISED, how often it is read between polls (a local read, no
+                        # request), so the rise to STORED is polled on within this rather than within FAST_POLL_S
 _LEARN_WEIGHT = 0.5     # the newest job's share in a learned time (a moving average)
 
 
@@ -194,18 +196,28 @@ class PollCadence:
 
     def wait(self, sleep: Callable[[float], None], should_cancel: Optional[Callable[[], bool]]) -> None:
         """Sleep until the next poll: FAST_POLL_S inside the window, else the poll interval, cut
-        short when a window opens meanwhile (the hint is read every FAST_POLL_S)."""
+        short when the hint opens a window meanwhile (it is read every FAST_POLL_S, and every
+        HINT_CHECK_S once it says DENOISED: the rise to STORED means the job is completed now)."""
         now = self.clock()
         self._look(now)
         if self._window is not None and self._window[0] <= now < self._window[1]:
             self.fast_polls += 1
-            sleep_checking(FAST_POLL_S, should_cancel, sleep)
+            self._sleep_watching(FAST_POLL_S, sleep, should_cancel)
             return
         left = self.poll_s
         if self._window is not None and now < self._window[0]:
             left = min(left, self._window[0] - now)
+        self._sleep_watching(left, sleep, should_cancel)
+
+    def _sleep_watching(self, seconds: float, sleep: Callable[[float], None],
+                        should_cancel: Optional[Callable[[], bool]]) -> None:
+        """Sleep `seconds`, reading the hint (if any) between slices; a rise that opens a window ends it."""
+        left = seconds
         while left > 0:
-            step = min(left, FAST_POLL_S) if self.due is not None else left
+            if self.due is None:
+                step = left
+            else:
+                step = min(left, HINT_CHECK_S if self._level >= Hint.DENOISED else FAST_POLL_S)
             sleep_checking(step, should_cancel, sleep)
             left -= step
             if self.due is not None:

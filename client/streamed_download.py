@@ -58,14 +58,17 @@ def download_decoding(http: Transport, path: str, *, what: str, job_id: str, max
                       bounds: Optional[ClipBounds], should_cancel: Optional[Callable[[], bool]] = None,
                       tail: bool = True, workers: Optional[int] = None, threads: int = 0,
                       thread_type: str = THREAD_TYPE, buffer_size: int = AVIO_BUFFER_BYTES,
-                      into: Optional[np.ndarray] = None) -> StreamedVideo:
+                      into: Optional[np.ndarray] = None,
+                      on_downloaded: Optional[Callable[[], None]] = None) -> StreamedVideo:
     """GET `path` (at most max_bytes) and decode it as it arrives; see the module docstring.
 
     `tail`: also fetch the file's end on a second connection when the server offers ranges and
     the file is large (off: decode still streams, but a file with its index at the end waits
-    for the last byte). `workers`, `threads`, `thread_type`, `buffer_size`, `into`: decode_mp4's. Raises what the download
-    raises (LauncherError, transport.Cancelled) before any decode error, then decode_mp4's
-    LauncherError.
+    for the last byte). `workers`, `threads`, `thread_type`, `buffer_size`, `into`: decode_mp4's.
+    `on_downloaded`: called on the download's thread once every byte is in (the video client starts
+    the job's DELETE there, so it runs beside the decode's last frames); it raises as the download
+    would. Raises what the download raises (LauncherError, transport.Cancelled) before any decode
+    error, then decode_mp4's LauncherError.
     """
     buffer = BodyBuffer()
     stop = threading.Event()               # the decode failed: stop downloading
@@ -86,6 +89,8 @@ def download_decoding(http: Transport, path: str, *, what: str, job_id: str, max
             http.request("GET", path, what=what, job_id=job_id, large_body=True, max_body=max_bytes,
                          cap_reason=cap_reason, should_cancel=stopped, sink=buffer.whole(start_tail))
             done["downloaded"] = time.monotonic()
+            if on_downloaded is not None:
+                on_downloaded()
         except BaseException as exc:  # noqa: BLE001 - handed to the reader, raised on the caller's thread
             if not stop.is_set():          # else it only says that we stopped it
                 buffer.fail(exc)

@@ -112,11 +112,13 @@ class VideoJobs:
             large_body=True, max_body=max_bytes, cap_reason=cap_reason, should_cancel=should_cancel).body
 
     def download_decoded(self, job_id: str, bounds: ClipBounds, into: Optional[np.ndarray],
-                         should_cancel: Optional[Callable[[], bool]]) -> StreamedVideo:
-        """The content decoded while it downloads (streamed_download.py), checked against `bounds`."""
+                         should_cancel: Optional[Callable[[], bool]],
+                         on_downloaded: Optional[Callable[[], None]] = None) -> StreamedVideo:
+        """The content decoded while it downloads (streamed_download.py), checked against `bounds`;
+        `on_downloaded` runs once its last byte is in (the decode may still be going)."""
         return download_decoding(self._http, job_path(job_id, "/content"), what=_download_what(job_id),
                                  job_id=job_id, max_bytes=bounds.max_bytes, cap_reason=bounds.cap_reason,
-                                 bounds=bounds, should_cancel=should_cancel, into=into)
+                                 bounds=bounds, should_cancel=should_cancel, into=into, on_downloaded=on_downloaded)
 
     def delete(self, job_id: str) -> bool:
         """DELETE /v1/videos/{id}, best effort: True when the job is gone (deleted or already

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from clocked_jobs import NORMAL_S, REQUEST, FakeTime, clocked, polls_between  # noqa: F401 (clocked: a fixture)
 from vllm_omni_launcher.client.api import VideoRequest
-from vllm_omni_launcher.client.poll_window import FAST_POLL_S, FAST_WINDOW_S, LEAD_S, PollCadence
+from vllm_omni_launcher.client.poll_window import FAST_POLL_S, FAST_WINDOW_S, HINT_CHECK_S, LEAD_S, Hint, PollCadence
 
 
 def test_a_job_that_overruns_the_learned_time_gets_one_short_fast_window(clocked) -> None:
@@ -74,6 +74,25 @@ def test_each_rising_edge_of_a_batch_hint_opens_a_window() -> None:
         cadence.wait(time.sleep, None)
     per_window = FAST_WINDOW_S / FAST_POLL_S
     assert 2 * per_window - 4 <= cadence.fast_polls <= 2 * per_window + 2
+
+
+def test_after_the_last_denoise_step_the_stored_line_is_polled_on_within_a_hint_check() -> None:
+    """Once the hint says DENOISED, it is read every HINT_CHECK_S, in a fast window or not, so the rise to STORED
+    (the job is completed right after) is polled on at once, not at the end of a FAST_POLL_S sleep; before
+    that the hint is read every FAST_POLL_S, as a job's denoise can take minutes."""
+    for window_open in (True, False):
+        time = FakeTime()
+        stored_at = 4.0 + (0.3 if window_open else 3.0) + 0.001     # inside the DENOISED window, or after it
+        cadence = PollCadence(NORMAL_S, lambda: Hint.STORED if time.clock() >= stored_at else
+                              Hint.DENOISED if time.clock() >= 4.0 else Hint.NONE, clock=time.clock)
+        reads = []
+        real_look = cadence._look
+        cadence._look = lambda now: (reads.append(now), real_look(now))[1]   # type: ignore[method-assign]
+        while time.clock() < stored_at:
+            cadence.wait(time.sleep, None)
+        assert time.clock() - stored_at <= HINT_CHECK_S + 1e-9, window_open    # the next poll goes out now
+        before = [b - a for a, b in zip(reads, reads[1:]) if b < 4.0 and b - a > 1e-9]   # a poll reads it too
+        assert before and max(before) <= FAST_POLL_S + 1e-6 and min(before) > HINT_CHECK_S + 1e-6
 
 
 def test_the_time_after_the_hint_carries_over_to_another_step_count_of_the_same_shape(clocked) -> None:
