@@ -58,6 +58,9 @@ def _summary(prompt: dict, params: Any, model_class: str) -> dict[str, Any]:
     out["params"] = {k: getattr(params, k, None) for k in ("width", "height", "num_frames", "num_inference_steps",
                                                            "guidance_scale", "fps")}
     out["extra_args"] = sorted((getattr(params, "extra_args", None) or {}).keys())
+    from vllm_omni.diffusion.models.wan2_2.chunked_mp4 import resolve_wan_preencode_mp4
+
+    out["preencode_mp4"] = resolve_wan_preencode_mp4(params, output_type="np")   # the Wan pipelines' own reading
     out["pre_process"] = _pre_process(model_class, prompt, params)
     for path in ([audio] if isinstance(audio, str) else []):
         if os.path.exists(path):

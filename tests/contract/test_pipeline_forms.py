@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import base64
 import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -19,10 +22,16 @@ import requests
 
 from vllm_omni_launcher.client import media
 from vllm_omni_launcher.client.images import image_to_png
-from vllm_omni_launcher.models import PIPELINE_FAMILIES, request_for
+from vllm_omni_launcher.models import FAMILIES, PIPELINE_FAMILIES, request_for
 from vllm_omni_launcher.server.launch.spec import LaunchSpec
 
 VACE, S2V, FAST = PIPELINE_FAMILIES["vace_1_3b"], PIPELINE_FAMILIES["s2v_14b"], PIPELINE_FAMILIES["fastwan_ti2v_5b"]
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+try:
+    from bench.gpu import levers
+finally:
+    sys.path.remove(str(REPO))      # the repo root holds top-level names (server, nodes) ComfyUI also uses
 
 
 def _smooth(frames: int, height: int, width: int) -> np.ndarray:
@@ -54,6 +63,9 @@ def answers(upstream_resolver) -> dict:
         _case("vace_refs", VACE, request_for(VACE, prompt="a cat", reference_images=refs).form_fields()),
         _case("s2v", S2V, request_for(S2V, prompt="a singer", image_png=portrait, audio=speech).form_fields()),
         _case("fastwan", FAST, request_for(FAST, prompt="a fox").form_fields()),
+        # the speed-lever bench's `preencode` request (bench/gpu/levers.py), on plain TI2V-5B
+        _case("ti2v_preencode", FAMILIES["ti2v_5b"], levers.Levers.request(
+            SimpleNamespace(a=SimpleNamespace(width=1280, height=704, frames=121, seed=1)), 4, "preencode").form_fields()),
         # What the launcher refuses itself, sent anyway: upstream's own answers.
         _case("vace_control_and_refs", VACE, {**vace_control, "image_reference": media.reference_images_value(refs)}),
         _case("s2v_audio_over_1mib", S2V, oversized),
@@ -118,3 +130,10 @@ def test_a_text_part_over_one_mebibyte_is_refused_by_upstream(answers):
     case = answers["cases"]["s2v_audio_over_1mib"]
     assert case["status"] == 400 and case["error"]["detail"] == "Part exceeded maximum size of 1024KB."
     assert media.FORM_TEXT_PART_MAX == 1 << 20
+
+
+def test_the_preencode_lever_reaches_the_wan_pipeline_as_its_worker_side_mp4_switch(answers):
+    case = answers["cases"]["ti2v_preencode"]
+    assert case["status"] == 200, case
+    assert "preencode_mp4" in case["extra_args"] and case["preencode_mp4"] is True
+    assert answers["cases"]["fastwan"]["preencode_mp4"] is False          # nothing else the launcher sends sets it
