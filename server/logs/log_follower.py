@@ -114,6 +114,7 @@ class LogFollower:
         self.skipped_bytes = 0
         self._lock = threading.RLock()       # callbacks may ask for tail() while we parse
         self._stop = threading.Event()
+        self._wake = threading.Event()        # stop() or nudge(): read now, not after the interval
         self._thread: Optional[threading.Thread] = None
 
     @classmethod
@@ -134,8 +135,15 @@ class LogFollower:
         self._thread.start()
         return self
 
+    def nudge(self) -> None:
+        """Read again now rather than at the next interval: a client waiting for a line that is due (the
+        MP4's "persisted" line after the last denoise step) asks each time it looks, so the line reaches
+        it within its own short pace while the follower keeps its interval otherwise."""
+        self._wake.set()
+
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=2)
         self.drain()
@@ -147,7 +155,8 @@ class LogFollower:
             except Exception:  # noqa: BLE001 - a parser bug must not kill log capture
                 got = False
             if not got:
-                self._stop.wait(self._interval)
+                self._wake.wait(self._interval)
+                self._wake.clear()
 
     def drain(self) -> None:
         while self.poll_once():

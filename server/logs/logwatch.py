@@ -230,16 +230,22 @@ class DenoiseProgress:
         return Hint.STORED if self.stored else Hint.DENOISED
 
 
-def fast_poll_hint(progress: Callable[[], Optional[DenoiseProgress]]) -> tuple[int, Callable[[], Hint]]:
+def fast_poll_hint(progress: Callable[[], Optional[DenoiseProgress]],
+                   nudge: Optional[Callable[[], None]] = None) -> tuple[int, Callable[[], Hint]]:
     """For a job about to be submitted: the newest denoise run before it (`run_floor`: runs up to it are
     earlier jobs') and the client's `due` hint for it (client/poll_window.Hint), read from `progress`
-    (the supervisor's tracker) each time the client asks. The node and the CLI both take it from here."""
+    (the supervisor's tracker) each time the client asks. While the hint is DENOISED, each ask also
+    `nudge`s the log's reader (the stored line is next: read at the client's pace, not the follower's
+    interval). The node and the CLI both take it from here."""
     last = progress()
     floor = last.run_id if last is not None else -1
 
     def due() -> Hint:
         now = progress()
-        return now.hint_after(floor) if now is not None else Hint.NONE
+        hint = now.hint_after(floor) if now is not None else Hint.NONE
+        if hint == Hint.DENOISED and nudge is not None:
+            nudge()
+        return hint
     return floor, due
 
 

@@ -125,6 +125,11 @@ class ServerRun:
         found = follower.tail(lines) if follower is not None else read_tail(self.log_path, lines=lines)
         return self.redact(found)
 
+    def nudge_log(self) -> None:
+        """Have the log's follower read now (its own thread): a line a client waits for is due."""
+        if self._follower is not None:
+            self._follower.nudge()
+
     def drain(self) -> None:
         """Parse everything the server has written so far (before reading the tail)."""
         if self._follower is not None:

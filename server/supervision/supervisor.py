@@ -181,7 +181,12 @@ class Supervisor:
 
     def job_hint(self) -> tuple[int, Callable[[], int]]:
         """The next job's run floor and fast-poll hint from this server's log (logwatch.fast_poll_hint)."""
-        return logwatch.fast_poll_hint(self.progress)
+        return logwatch.fast_poll_hint(self.progress, self._nudge_log)
+
+    def _nudge_log(self) -> None:
+        run = self._run
+        if run is not None:
+            run.nudge_log()
 
     def mark_job_activity(self) -> None:
         """A job is being submitted or polled: the keep-alive idle clock restarts."""
