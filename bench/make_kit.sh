@@ -14,13 +14,14 @@
 #                   kornia and spandrel only guard optional nodes (an import warning, not fatal).
 #   comfyui/        the ComfyUI source (COMFYUI_SRC, without .git)
 #   gpu-kit/        make_fullsize_ti2v.py, make_tiny_wan.py and the tiny models
-# then tars them and splits the tar into .kit/p00, .kit/p01, ... of 52,000,000 bytes each (a call carries 64 MiB
-# with the tracked tree, ~7 MB now) and prints
+# then tars them and splits the tar into .kit/p00, .kit/p01, ... of PIECE_BYTES each (bench/gpu/kit_piece.sh) and
+# prints
 # the count. Environment: GPU_KIT (required: the GPU kit folder, holding make_fullsize_ti2v.py,
 # make_tiny_wan.py, requirements-kit.txt and models/), COMFYUI_SRC (default /work/comfyui-src),
 # PIP (a pip able to download; default: python3 -m pip).
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
+. "$REPO/bench/gpu/kit_piece.sh"      # PIECE_BYTES
 GPU_KIT="${GPU_KIT:?set GPU_KIT to the GPU kit folder (make_fullsize_ti2v.py, requirements-kit.txt, models/)}"
 COMFYUI_SRC="${COMFYUI_SRC:-/work/comfyui-src}"
 PIP="${PIP:-python3 -m pip}"
@@ -51,7 +52,7 @@ cp -r "$GPU_KIT/models" "$BUILD/gpu-kit/models"
 chmod -R u+w "$BUILD/gpu-kit" "$BUILD/comfyui"
 
 rm -f "$KIT"/p[0-9][0-9]
-tar -C "$BUILD" -cf - wheels comfy-wheels comfyui gpu-kit | split -b 52000000 -d -a 2 - "$KIT/p"
+tar -C "$BUILD" -cf - wheels comfy-wheels comfyui gpu-kit | split -b "$PIECE_BYTES" -d -a 2 - "$KIT/p"
 n=$(ls "$KIT"/p[0-9][0-9] | wc -l)
 echo "kit: $(ls "$BUILD/wheels" | grep -c '\.whl$') server wheels, $(ls "$BUILD/comfy-wheels" | wc -l) ComfyUI wheels;" \
   "$n pieces: $(cd "$KIT" && ls p[0-9][0-9] | tr '\n' ' ')($(du -ch "$KIT"/p[0-9][0-9] | tail -1 | cut -f1))"

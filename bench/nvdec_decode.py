@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import platform
 import statistics
 import time
@@ -92,7 +93,7 @@ def main() -> int:
     clips = {"noise": decode_bench.make_noise_clip(frames, width, height, 24, crf=14),
              "smooth": decode_bench.make_clip(frames, width, height, 24)}
     rows = [one_clip(name, data, a.repeat) for name, data in clips.items()]
-    report = {"machine": platform.node(), "cpus": __import__("os").cpu_count(), "av": av.__version__,
+    report = {"machine": platform.node(), "cpus": os.cpu_count(), "av": av.__version__,
               "shape": a.shape, "repeat": a.repeat, "rows": rows}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(report, indent=1))

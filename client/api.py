@@ -199,17 +199,16 @@ class VideoClient:
         prepared: Optional[PreparedOutput] = None
         kind = job_kind(req)
         cadence = PollCadence(poll, due, LEARNED.get(self.base_url, kind), self._clock)
-        deleter: list[threading.Thread] = []
+        deleter: Optional[threading.Thread] = None
 
         def delete_early() -> None:
             """The MP4 is in hand: the job's DELETE runs while its frames are decoded (or its header
             checked), off the caller's path; it is joined before generate returns, on every way out."""
-            nonlocal cleanup
+            nonlocal cleanup, deleter
             if cleanup:
                 cleanup = False
-                deleter.append(threading.Thread(target=self.delete, args=(job_id,), name="vllm-omni-delete",
-                                                daemon=True))
-                deleter[0].start()
+                deleter = threading.Thread(target=self.delete, args=(job_id,), name="vllm-omni-delete", daemon=True)
+                deleter.start()
 
         try:
             while True:
@@ -282,8 +281,8 @@ class VideoClient:
                 prepared.drop()
             if cleanup:
                 self.delete(job_id)
-            for thread in deleter:
-                thread.join()
+            if deleter is not None:
+                deleter.join()
         return GenerationResult(job_id, mp4, video, timings, state.raw, probed)
 
     def job_failure(self, job_id: str, state: JobState) -> LauncherError:

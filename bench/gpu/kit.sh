@@ -4,7 +4,7 @@
 # The tar holds wheels/ (requirements-kit30.txt: vllm 0.30.0 + vllm-omni 0.30.0 on torch 2.13), comfy-wheels/
 # (what ComfyUI 0.3.64 needs beyond the image: alembic, SQLAlchemy, greenlet, Mako; torchsde, trampoline, av,
 # pydantic come from wheels/), comfyui/ (COMFYUI_SRC without .git), gpu-kit/ (the allocator cap, the tiny
-# models) and SHA256SUMS; split into .kit/pNN of PIECE_BYTES (see below).
+# models) and SHA256SUMS; split into .kit/pNN of PIECE_BYTES (bench/gpu/kit_piece.sh).
 # NATIVE_ONLY=1: the kit of ComfyUI's side alone (no vllm wheels: device.sh setup then builds no server venv), as
 # .kit/npNN, for a native-only session (receive them with `bash bench/gpu/device.sh receive nNN`).
 # Wheels are not recompressed: xz -6 of the NCCL wheel's contents saved 6% for 3.8 min of compression here.
@@ -17,10 +17,7 @@ GPU_KIT="${GPU_KIT:?the GPU kit folder (kit30/vol_memcap.py, models/)}"
 WHEELS="${WHEELS:?folder of the 0.30 kit wheels}"
 COMFY_WHEELS="${COMFY_WHEELS:?folder of alembic/SQLAlchemy/greenlet/Mako wheels}"
 COMFYUI_SRC="${COMFYUI_SRC:-/work/comfyui-src}"
-# A device call carries 64 MiB (67,108,864 bytes) in all: the carried piece plus the tracked tree (7.2 MB on
-# 2026-12-05). 57 MiB pieces (59,768,832 bytes) went over once the tree grew, and the refused call lost the machine;
-# 52,000,000-byte pieces leave ~7.9 MB for the tree to grow.
-PIECE_BYTES="${PIECE_BYTES:-52000000}"
+. "$REPO/bench/gpu/kit_piece.sh"      # PIECE_BYTES, and why that size
 B="$REPO/.kit/build"
 rm -rf "$B"; mkdir -p "$B/wheels" "$B/comfy-wheels" "$B/comfyui" "$B/gpu-kit"
 if [ -n "${NATIVE_ONLY:-}" ]; then   # ComfyUI's side alone: only the server wheels its venv takes (device.sh setup)

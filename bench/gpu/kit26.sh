@@ -5,12 +5,12 @@
 # WHEELS26 holds the 48 wheels of the GPU kit's requirements-kit.txt (vllm 0.26.0 + vllm-omni 0.26.0 on the
 # image's torch 2.11, 386 MB), as its README's `pip download --no-deps --only-binary=:all: ... -r
 # requirements-kit.txt` leaves them (hash-checked against the list). The tar holds wheels26/ and SHA256SUMS26;
-# split into .kit/qNN of PIECE_BYTES (the size and why: bench/gpu/kit.sh). On the device:
+# split into .kit/qNN of PIECE_BYTES (the size and why: bench/gpu/kit_piece.sh). On the device:
 # `bash bench/gpu/device.sh issue25 receive26 NN` per piece, then `... issue25 setup26 N`.
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/../.." && pwd)"
 WHEELS26="${WHEELS26:?folder of the 0.26 kit wheels (requirements-kit.txt)}"
-PIECE_BYTES="${PIECE_BYTES:-52000000}"   # piece + tracked tree under the 64 MiB a call carries (kit.sh)
+. "$REPO/bench/gpu/kit_piece.sh"      # PIECE_BYTES, and why that size
 n_wheels=$(ls "$WHEELS26"/*.whl | wc -l)
 [ "$n_wheels" -eq 48 ] || { echo "kit26: $n_wheels wheels in $WHEELS26, the list has 48" >&2; exit 3; }
 ls "$WHEELS26"/vllm-0.26.0-*.whl "$WHEELS26"/vllm_omni-0.26.0-*.whl > /dev/null

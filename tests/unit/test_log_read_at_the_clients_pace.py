@@ -38,8 +38,9 @@ def test_stop_still_ends_a_follower_waiting_on_a_long_interval(tmp_path: Path) -
     log = tmp_path / "server.log"
     log.write_text("")
     follower = LogFollower(str(log), lambda text, ends: None, interval_s=3600.0).start()
-    follower.stop()
-    assert follower._thread is not None and not follower._thread.is_alive()
+    follower.stop()                            # without the wake it would sleep out its hour
+    follower._thread.join(120)
+    assert not follower._thread.is_alive()
 
 
 def test_the_hint_nudges_the_log_only_between_the_last_step_and_the_stored_line() -> None:
