@@ -73,15 +73,18 @@ def make_clip(count: int, width: int, height: int, fps: int, seed: int = 1234) -
     return buf.getvalue()
 
 
-def make_noise_clip(count: int, width: int, height: int, fps: int, seed: int = 1234, crf: int = 18) -> bytes:
+def make_noise_clip(count: int, width: int, height: int, fps: int, seed: int = 1234, crf: int = 18,
+                    gop: int = 0) -> bytes:
     """A random-weight model's kind of clip, with vLLM-Omni's encoder settings (see the docstring); a lower
-    `crf` makes it larger (bench/node_overhead.py: 14, 59 MB at 1280x704x121, near the H100 clip's 67 MB)."""
+    `crf` makes it larger (bench/node_overhead.py: 14, 59 MB at 1280x704x121, near the H100 clip's 67 MB).
+    `gop`: a keyframe every `gop` frames (libx264's `g`, which a request's `video_codec_options` can set);
+    0 keeps the encoder's own (one keyframe in a Wan clip)."""
     rng = np.random.default_rng(seed)
     buf = io.BytesIO()
     with av.open(buf, "w", format="mp4") as out:
         stream = out.add_stream("libx264", rate=Fraction(fps))
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
-        stream.options = {"preset": "ultrafast", "crf": str(crf), "threads": "0"}
+        stream.options = {"preset": "ultrafast", "crf": str(crf), "threads": "0", **({"g": str(gop)} if gop else {})}
         for _ in range(count):
             small = rng.integers(128 - NOISE_AMPLITUDE, 128 + NOISE_AMPLITUDE, size=(height // 2, width // 2, 3),
                                  dtype=np.int16).astype(np.uint8)

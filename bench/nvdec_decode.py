@@ -14,6 +14,15 @@ Clips: the noise clip (bench/decode_bench.make_noise_clip, crf 14, ~59 MB: a ran
 one (decode_bench.make_clip: a real video's size class). Also reported: whether both paths give the same frames
 (max abs difference of the float arrays; H.264 decoders are bit-exact, the colour conversion may differ by 1/255).
 
+Is the CPU decode at the box's limit, or at frame threading's? On the noise clip, also:
+  cpu threads N:  decode_mp4 with N decoder threads (1, 4, 8, 16): how FFmpeg's frame threading scales here
+                  (on 2 cores, 1 -> 2 threads was 1.93x; the 16-core box decoded ~4x faster than one core)
+  gop split KxT:  the same noise encoded with a keyframe every GOP frames (libx264 `g`, which a request's
+                  `video_codec_options` can ask vLLM-Omni for), its GOPs decoded by K decoders of T threads at
+                  once, the same float32 write; beside `cpu` on that clip (`gop_clip_cpu`) and its size
+If a split runs well past frame threading's best, the launcher could ask the server for keyframes and decode
+the GOPs at once; if not, the CPU decode is at the box's limit.
+
     <ComfyUI venv python> bench/nvdec_decode.py [--repeat 5] [--out bench/out/nvdec_decode.json]
 
 Without a usable cuda device the nvdec rows say why and the cpu rows still come out (CPU rehearsal).
@@ -27,6 +36,7 @@ import os
 import platform
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
@@ -55,8 +65,54 @@ def nvdec_decode(data: bytes) -> np.ndarray:
     return out[:i]
 
 
-def cpu_decode(data: bytes) -> np.ndarray:
-    return decode_mp4(data).frames
+def cpu_decode(data: bytes, threads: int = 0) -> np.ndarray:
+    return decode_mp4(data, threads=threads).frames
+
+
+def gop_split_decode(data: bytes, decoders: int, threads: int) -> np.ndarray:
+    """Every GOP (a keyframe and the frames up to the next) decoded on its own decoder, `decoders` at once."""
+    with av.open(io.BytesIO(data), format="mp4") as container:
+        stream = container.streams.video[0]
+        count, height, width = stream.frames, stream.codec_context.height, stream.codec_context.width
+        extradata = stream.codec_context.extradata
+        gops: list[list[Any]] = []
+        for packet in container.demux(stream):
+            if packet.size:
+                if packet.is_keyframe or not gops:
+                    gops.append([])
+                gops[-1].append(packet)
+    out = np.empty((count, height, width, 3), dtype=np.float32)
+    starts = [sum(len(g) for g in gops[:i]) for i in range(len(gops))]   # no B-frames: decode order is display order
+
+    def one(i: int) -> int:
+        codec = av.CodecContext.create("h264", "r")
+        codec.extradata = extradata
+        codec.thread_type, codec.thread_count = "AUTO", threads
+        n = starts[i]
+        for packet in [*gops[i], None]:
+            for frame in codec.decode(packet):
+                np.multiply(frame.to_ndarray(format="rgb24"), SCALE, out=out[n], casting="unsafe")
+                n += 1
+        return n - starts[i]
+
+    with ThreadPoolExecutor(decoders) as pool:
+        decoded = sum(pool.map(one, range(len(gops))))
+    return out[:decoded]
+
+
+def scaling(noise: bytes, shape: tuple[int, int, int], repeat: int, gop: int) -> dict[str, Any]:
+    """The thread curve of the shipped decode, and GOP-split decodes of the same noise with keyframes."""
+    width, height, frames = shape
+    row: dict[str, Any] = {f"cpu_threads_{n}": timed(lambda d, n=n: cpu_decode(d, n), noise, repeat)
+                           for n in (1, 4, 8, 16)}
+    split = decode_bench.make_noise_clip(frames, width, height, 24, crf=14, gop=gop)
+    row["gop"], row["gop_clip_mb"] = gop, round(len(split) / 1e6, 1)
+    row["gop_clip_cpu"] = timed(cpu_decode, split, repeat)
+    for decoders, threads in ((2, 8), (4, 4), (8, 2)):
+        row[f"gop_split_{decoders}x{threads}"] = timed(lambda d, k=decoders, t=threads: gop_split_decode(d, k, t),
+                                                       split, repeat)
+    row["gop_split_max_abs_diff"] = float(np.abs(gop_split_decode(split, 4, 4) - cpu_decode(split)).max())
+    return row
 
 
 def timed(fn: Callable[[bytes], np.ndarray], data: bytes, repeat: int) -> dict[str, Any]:
@@ -87,14 +143,16 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--shape", default="1280x704x121", help="WxHxF of both clips")
+    p.add_argument("--gop", type=int, default=16, help="keyframe interval of the GOP-split clip")
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "out" / "nvdec_decode.json"))
     a = p.parse_args()
     width, height, frames = (int(x) for x in a.shape.split("x"))
     clips = {"noise": decode_bench.make_noise_clip(frames, width, height, 24, crf=14),
              "smooth": decode_bench.make_clip(frames, width, height, 24)}
     rows = [one_clip(name, data, a.repeat) for name, data in clips.items()]
+    split = scaling(clips["noise"], (width, height, frames), a.repeat, a.gop)
     report = {"machine": platform.node(), "cpus": os.cpu_count(), "av": av.__version__,
-              "shape": a.shape, "repeat": a.repeat, "rows": rows}
+              "shape": a.shape, "repeat": a.repeat, "rows": rows, "noise_scaling": split}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(report, indent=1))
     for row in rows:
@@ -102,6 +160,9 @@ def main() -> int:
         print(f"NVDEC {row['clip']} {row['mp4_mb']} MB: cpu {row['cpu']['median_s']} s, nvdec "
               + (f"{nv['median_s']} s ({row['nvdec_over_cpu']}x cpu; first {row['nvdec_first_s']} s; max diff "
                  f"{row['max_abs_diff']:.4f})" if isinstance(nv, dict) else nv), flush=True)
+    print("SCALING noise: " + ", ".join(f"{k} {v['median_s']} s" for k, v in split.items() if isinstance(v, dict))
+          + f"; gop clip {split['gop_clip_mb']} MB (g={split['gop']}), split max diff "
+          f"{split['gop_split_max_abs_diff']:.4f}", flush=True)
     return 0
 
 
