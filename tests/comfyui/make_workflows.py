@@ -34,11 +34,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from comfy_harness import (LOAD_AND_INSPECT_JS, WORKFLOWS, browser_page, put_media_inputs,  # noqa: E402
                            running_comfyui)
-from template_specs import TEMPLATES  # noqa: E402
+from template_specs import READABLE_ZOOM, TEMPLATES  # noqa: E402
 
 RELEASED = Path(__file__).resolve().parents[1] / "unit" / "released_workflows"
 
-BUILD_JS = """async ([spec, name, wid]) => {
+BUILD_JS = """async ([spec, name, wid, READABLE_ZOOM]) => {
   const g = app.graph;
   await app.loadGraphData({last_node_id: 0, last_link_id: 0, nodes: [], links: [], groups: [], config: {},
                            extra: {}, version: 0.4}, true, false, name);
@@ -70,6 +70,14 @@ BUILD_JS = """async ([spec, name, wid]) => {
     x1 = Math.max(x1, n.pos[0] + n.size[0]); y1 = Math.max(y1, n.pos[1] + n.size[1]);
   }
   app.canvas.ds.fitToBounds([x0 - 20, y0 - 20, x1 - x0 + 40, y1 - y0 + 40], {zoom: 0.92});
+  // Below about 0.57 (8 px of a 14 px font) the front end draws nodes without their text: a wide
+  // graph then opens as blank boxes. So the view never zooms out past READABLE_ZOOM; the graph's
+  // top-left corner (the Note) is in view, below the menu and tabs that cover the canvas's top
+  // (about 80 px), and the rest is a pan away.
+  if (app.canvas.ds.scale < READABLE_ZOOM) {
+    app.canvas.ds.scale = READABLE_ZOOM;
+    app.canvas.ds.offset = [20 - x0, 90 / READABLE_ZOOM - y0];
+  }
   app.canvas.setDirty(true, true);
   // What the menu's Export and Export (API) write: graphToPrompt() plus the view (addViewRestore).
   const prompt = await app.graphToPrompt();
@@ -94,7 +102,7 @@ def build(comfy_dir: Path, python: str, names: list[str]) -> list[Path]:
         put_media_inputs(comfy.base / "input")     # as a user's input folder: the loaders' previews load
         for name in names:
             wid = str(uuid.uuid5(uuid.NAMESPACE_URL, "vllm-omni-launcher/workflows/" + name))
-            out = page.evaluate(BUILD_JS, [TEMPLATES[name], name, wid])
+            out = page.evaluate(BUILD_JS, [TEMPLATES[name], name, wid, READABLE_ZOOM])
             ui, api = json.loads(out["ui"]), json.loads(out["api"])
             if any(n["type"] == "LoadVideo" for n in TEMPLATES[name]["nodes"]):
                 # Load Video adds its preview widget (sent in the prompt) only when a graph is loaded with

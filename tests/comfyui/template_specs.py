@@ -10,11 +10,15 @@ import math
 TI2V, T2V, I2V = ("Wan-AI/Wan2.2-TI2V-5B-Diffusers", "Wan-AI/Wan2.2-T2V-A14B-Diffusers",
                   "Wan-AI/Wan2.2-I2V-A14B-Diffusers")
 NEGATIVE = "blurry, low quality, distorted faces, jitter, flicker, watermark, text, static frame"
-SETUP = ("Setup, once on the GPU machine: python -m vllm_omni_launcher setup (the server's own Python "
-         "environment; the launcher finds it by itself). The first start downloads the model into the Hugging "
-         "Face cache (Local Server shows it); a local folder in Load model skips that.")
+SETUP = ("Setup, once on the GPU machine: python -m vllm_omni_launcher setup (after pip install -e of this "
+         "pack's folder) or, from the ComfyUI folder, bash "
+         "custom_nodes/vllm-omni-launcher/server/create_server_env.sh. The first start downloads the model into "
+         "the Hugging Face cache (Local Server shows it); a local folder in Load model skips that.")
 RECOMMENDED = ("Generate video: 0 (or -1) means the model's recommended value")
 TI2V_CARDS = {"large": 40, "mid": 24, "small": 16, "tiny": 8}   # GB: the cards the TI2V Notes speak of
+# The lowest zoom a template opens at: ComfyUI's front end draws node text only from about 0.57 (an 8 px
+# minimum of its 14 px font), so below it a wide template would open as blank boxes.
+READABLE_ZOOM = 0.6
 
 
 def ti2v_plan() -> str:
@@ -43,7 +47,32 @@ def ti2v_plan() -> str:
             f"where frames is 0. Layerwise offload needs about {math.ceil(max(layerwise))} GB of free system RAM.")
 
 
+
+def two_gpus(model: str, cards: tuple[int, ...]) -> str:
+    """What 'auto' does with two GPUs of each size in `cards` (GB, ascending, from the size the Note asks for):
+    it takes both, so a Note that asks for one GPU says so and how to keep the second free (Serving Config's
+    gpus; `count=N` is the first N visible). From the planner like ti2v_plan() (64 GB of free system RAM, the
+    line setup installs), checked on every common pair from cards[0] up: each takes both GPUs, and from
+    cards[-1] up in one mode ("or larger"). tests/unit/test_template_plans.py checks each phrase and the
+    node's own resolve."""
+    from vllm_omni_launcher.planner.ladder import recommend
+    from vllm_omni_launcher.server.launch.versions import DEFAULT_VERSION
+
+    def mode(gb: int) -> str:         # "CFG parallel 2 + untiled VAE decode" -> "CFG parallel 2"
+        rec = recommend(model, gpus=[float(gb)] * 2, host_available_gib=64.0, server_version=DEFAULT_VERSION)
+        if rec.spec is None or rec.reduced or rec.spec.parallel.world_size != 2:
+            raise SystemExit(f"{model} on two {gb} GB GPUs: 'auto' picks {rec.label!r}; rewrite two_gpus()")
+        return rec.label.split(" + ", 1)[0]
+    modes = {gb: mode(gb) for gb in sorted({*cards, *(g for g in (16, 20, 24, 32, 40, 48, 80, 141) if g > cards[0])})}
+    if {modes[gb] for gb in modes if gb >= cards[-1]} != {modes[cards[-1]]}:
+        raise SystemExit(f"{model}: 'auto' changes mode above two {cards[-1]} GB GPUs: {modes}; rewrite two_gpus()")
+    picks = ", ".join(f"{modes[gb]} on {gb} GB" for gb in cards) + " or more" if cards[1:] else modes[cards[0]]
+    return (f"With two GPUs of {cards[0]} GB or more 'auto' uses both ({picks}); gpus count=1 in Serving Config "
+            "keeps the second free.")
+
+
 TI2V_PLAN = ti2v_plan()
+TI2V_TWO_GPUS = two_gpus(TI2V, (TI2V_CARDS["small"], TI2V_CARDS["mid"]))
 
 
 def _serving(gpus: str, mode: str, degree: int = 2, vae_patch: int = 1, compile: bool = False) -> dict:  # noqa: A002
@@ -171,7 +200,7 @@ def _pipeline_generate(prompt: str, seed: int, **widgets: object) -> dict:
 
 
 VACE_NOTE = (
-    "Wan2.1 VACE-1.3B: video that follows a control video, on one GPU\n\n"
+    "Wan2.1 VACE-1.3B: video that follows a control video; needs one GPU\n\n"
     "Load Video reads control.mp4 from ComfyUI's input folder (upload yours: a depth, pose or edge video, or a "
     "source clip); Get Video Components gives its frames, Image From Batch keeps the first 81 and Upscale Image "
     "makes them 832x480: the control video must be exactly as long and as large as the request (Generate VACE "
@@ -180,25 +209,28 @@ VACE_NOTE = (
     "Needs: one NVIDIA GPU with 24 GB or more: the planner's estimate (measured: within 3%) is about "
     "24 GiB at 832x480, 81 frames, so on a 24 GB card Serving Config 'auto' adds layerwise offload. Model "
     "download: Wan-AI/Wan2.1-VACE-1.3B-diffusers, about 20 GB (estimated; VACE-14B: about 80 GB and 57 GiB). "
+    + two_gpus("Wan-AI/Wan2.1-VACE-1.3B-diffusers", (24,)) + " "
     "Masks and first/last frames are not possible: vLLM-Omni's HTTP API does not carry them.\n\n"
     + RECOMMENDED + ": 832x480, 81 frames at 16 fps, 50 steps. Sizes must be multiples of 16, frames 4k+1.\n\n"
     + SETUP)
 S2V_NOTE = (
-    "Wan2.2 S2V-14B: a portrait that speaks or sings, on one GPU\n\n"
+    "Wan2.2 S2V-14B: a portrait that speaks or sings; needs one GPU\n\n"
     "Load Image reads example.png (the face to animate) and Load Audio speech.wav (at most 20 s) from ComfyUI's "
     "input folder: upload your own. The video is as long as the audio, at 16 fps, in parts of 80 frames, with the "
     "audio in the saved MP4.\n\n"
     "Needs: one NVIDIA GPU with 80 GB or more; the planner's estimate (measured: within 2%) is about "
     "54 GiB at 832x448. Model download: Wan-AI/Wan2.2-S2V-14B (the original Wan layout, served with "
-    "--model-class-name WanS2VPipeline, which the launcher adds), about 45 GB.\n\n"
+    "--model-class-name WanS2VPipeline, which the launcher adds), about 45 GB. "
+    + two_gpus("Wan-AI/Wan2.2-S2V-14B", (80,)) + "\n\n"
     + RECOMMENDED + ": 832x448, 80 frames per part, 40 steps. Sizes must be multiples of 16.\n\n" + SETUP)
 FAST_NOTE = (
-    "FastWan2.2 TI2V-5B: text to video in 3 steps, on one GPU\n\n"
+    "FastWan2.2 TI2V-5B: text to video in 3 steps; needs one GPU\n\n"
     "A step-distilled TI2V-5B: the server runs its own 3 steps without CFG, so steps stay 0 and guidance -1 "
     "(Generate Video refuses other values, which the server would ignore). Needs vLLM-Omni 0.30 and one NVIDIA "
     "GPU with 40 GB or more: the planner's estimate (measured: within 4%) is about 38 GiB at 1280x704, "
     "121 frames; Serving config 'auto' offloads on smaller cards. Model download: "
-    "FastVideo/FastWan2.2-TI2V-5B-FullAttn-Diffusers, about 23 GB.\n\n"
+    "FastVideo/FastWan2.2-TI2V-5B-FullAttn-Diffusers, about 23 GB. "
+    + two_gpus("FastVideo/FastWan2.2-TI2V-5B-FullAttn-Diffusers", (40, 48)) + "\n\n"
     + RECOMMENDED + ": 1280x704, 121 frames at 24 fps. Sizes must be multiples of 32, frames 4k+1.\n\n" + SETUP)
 
 
@@ -217,8 +249,8 @@ REMOTE_NOTE = (
 
 TEMPLATES: dict[str, dict] = {
     "wan22_ti2v_5b_text_to_video": _local_template(
-        "Wan2.2 TI2V-5B: text to video on one GPU\n\n"
-        "Needs: one NVIDIA GPU with 16 GB or more. " + TI2V_PLAN + " Model download: "
+        "Wan2.2 TI2V-5B: text to video; needs one GPU\n\n"
+        "Needs: one NVIDIA GPU with 16 GB or more. " + TI2V_PLAN + " " + TI2V_TWO_GPUS + " Model download: "
         "Wan-AI/Wan2.2-TI2V-5B-Diffusers, about 23 GB.\n\n"
         + RECOMMENDED + ": 1280x704, 121 frames at 24 fps, 50 steps. Sizes must be multiples of 32, frames 4k+1.\n\n"
         + SETUP,
@@ -226,8 +258,8 @@ TEMPLATES: dict[str, dict] = {
         "A red fox trotting through fresh snow in a birch forest at sunrise, soft golden light, "
         "slow tracking shot, cinematic", 42, "video/wan22_ti2v_5b", with_image=False),
     "wan22_ti2v_5b_image_to_video": _local_template(
-        "Wan2.2 TI2V-5B: image to video on one GPU\n\n"
-        "Needs: one NVIDIA GPU with 16 GB or more. " + TI2V_PLAN + " Model download: "
+        "Wan2.2 TI2V-5B: image to video; needs one GPU\n\n"
+        "Needs: one NVIDIA GPU with 16 GB or more. " + TI2V_PLAN + " " + TI2V_TWO_GPUS + " Model download: "
         "Wan-AI/Wan2.2-TI2V-5B-Diffusers, about 23 GB.\n\n"
         "Load image uses example.png from ComfyUI's input folder: upload your own start frame there. "
         "The prompt describes the motion.\n\n"
@@ -268,15 +300,16 @@ TEMPLATES: dict[str, dict] = {
         "A paper boat drifting down a rain-soaked city street at night, neon reflections rippling on the "
         "water, low camera angle, shallow depth of field", 42, "video/wan22_t2v_a14b_4step"),
     "wan22_ti2v_5b_seed_sweep": _seed_sweep_template(
-        "Wan2.2 TI2V-5B: seed sweep, one prompt as 4 clips on one GPU\n\n"
+        "Wan2.2 TI2V-5B: seed sweep, one prompt as 4 clips; needs one GPU\n\n"
         "Generate Batch makes the prompt batch_count times with seeds seed, seed+1, ... (42 to 45 here; the seed "
         "stays fixed, so the sweep is repeatable: queue Generate Video with the seed you like). All jobs go to "
         "the server at once: a server with request batching or replicas runs them together. Save Video saves "
         "every clip; the frames output is all clips as one IMAGE batch. The local config's max_batch_clips "
-        "(default 8) caps prompts x batch_count, and every clip's frames are held in memory until the node "
-        "ends (about 1.3 GB per clip at the defaults).\n\n"
-        "Needs: one NVIDIA GPU with 16 GB or more. " + TI2V_PLAN + " With several GPUs, Local Server "
-        "suggests replicas for the batch. Model download: Wan-AI/Wan2.2-TI2V-5B-Diffusers, about 23 GB.\n\n"
+        "(default 8) caps prompts x batch_count, and every clip's frames stay in memory until the node "
+        "ends (about 1.3 GB a clip at the defaults).\n\n"
+        "Needs: one NVIDIA GPU with 16 GB or more. " + TI2V_PLAN + " " + TI2V_TWO_GPUS
+        + " Local Server may suggest replicas for the batch instead. Model download: "
+        "Wan-AI/Wan2.2-TI2V-5B-Diffusers, about 23 GB.\n\n"
         + RECOMMENDED.replace("Generate video", "Generate batch") + ": 1280x704, 121 frames at 24 fps, 50 steps. "
         "Sizes must be multiples of 32, frames 4k+1.\n\n" + SETUP,
         TI2V, _serving("auto", "auto"),

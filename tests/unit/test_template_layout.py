@@ -1,8 +1,9 @@
 """The shipped templates read in ComfyUI without scrolling or overlap: each Note is tall enough for
-its text, and no node's title bar or source badge sits on another node; the compile tooltip says
-what was measured in plain sentences."""
+its text, no node's title bar or source badge sits on another node, and each opens at a zoom where the
+front end draws node text; the compile tooltip says what was measured in plain sentences."""
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -19,6 +20,21 @@ TITLE_AND_BADGE = 30 + 20                   # LiteGraph's title bar, and the fro
 
 def _nodes(name: str) -> list[dict]:
     return json.loads((WORKFLOWS / f"{name}.json").read_text())["nodes"]
+
+
+def _readable_zoom() -> float:
+    """make_workflows.py's floor for the saved view (declared with the template descriptions)."""
+    path = Path(__file__).resolve().parents[1] / "comfyui" / "template_specs.py"
+    spec = importlib.util.spec_from_file_location("template_specs", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.READABLE_ZOOM
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_each_template_opens_at_a_zoom_that_draws_node_text(name):
+    view = json.loads((WORKFLOWS / f"{name}.json").read_text())["extra"]["ds"]
+    assert view["scale"] >= _readable_zoom(), view
 
 
 @pytest.mark.parametrize("name", TEMPLATES)

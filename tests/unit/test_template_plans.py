@@ -6,6 +6,7 @@ planner picks (TI2V: per card size and free system RAM; A14B: the planned peak p
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -145,6 +146,52 @@ def test_ti2v_note_names_the_free_system_ram_layerwise_offload_needs(name, defs)
                                server_version=(0, 30)) for ram in (int(need[1]), int(need[1]) - 1))
     assert enough.label == "1 GPU + layerwise offload" and not enough.reduced
     assert short.spec is None or short.spec.memory.offload != "layerwise"
+
+
+# The one-GPU templates serve with gpus 'auto' and parallel_mode 'auto', which take both GPUs of a pair: the Note
+# says so (the planner's mode per pair, from the card size it asks for) and how to keep the second GPU free.
+TWO_GPU_PLANS = {   # template -> [(GB per card, the planner's mode, the Note's words for it)]
+    **{name: [(16, "tensor", "tensor parallel 2 on 16 GB, "), (20, "tensor", None),
+              (24, "cfg", "CFG parallel 2 on 24 GB or more)"), (80, "cfg", None)] for name in TI2V_NOTES},
+    "wan21_vace_control_video": [(24, "cfg", "uses both (CFG parallel 2);"), (80, "cfg", None)],
+    "wan22_s2v_speech_to_video": [(80, "cfg", "uses both (CFG parallel 2);"), (141, "cfg", None)],
+    "fastwan_ti2v_5b_fast_text_to_video": [(40, "tensor", "tensor parallel 2 on 40 GB, "),
+                                           (48, "ulysses", "Ulysses 2 on 48 GB or more)"),
+                                           (80, "ulysses", None)],
+}
+KEEP_ONE_GPU = "gpus count=1 in Serving Config keeps the second free"
+
+
+@pytest.mark.parametrize("name", sorted(TWO_GPU_PLANS))
+def test_one_gpu_note_says_auto_takes_both_gpus_of_a_pair_and_how_to_keep_one_free(name, defs):
+    from vllm_omni_launcher.planner.ladder import recommend
+    from vllm_omni_launcher.server.launch.spec import LaunchSpec
+
+    note = _note(name)
+    title = note.split("\n", 1)[0]
+    assert title.endswith("; needs one GPU") and "on one GPU" not in note, title
+    smallest = TWO_GPU_PLANS[name][0][0]
+    assert f"With two GPUs of {smallest} GB or more 'auto' uses both (" in note and KEEP_ONE_GPU in note
+    model, serving = _template_choices(name, defs)
+    assert serving.parallel_mode == "auto" and serving.gpus == "auto"
+    for gpu, mode, words in TWO_GPU_PLANS[name]:
+        rec = recommend(LaunchSpec(model=model.model), gpus=[gpu, gpu], host_available_gib=64, server_version=(0, 30))
+        assert (rec.spec.parallel.mode, rec.spec.parallel.world_size, rec.reduced) == (mode, 2, False), rec.label
+        assert words is None or words in note, (gpu, words)
+
+
+@pytest.mark.parametrize("name", sorted(TWO_GPU_PLANS))
+def test_on_two_gpus_the_template_takes_both_and_count_1_leaves_the_second_free(name, defs, stub_config,
+                                                                                  monkeypatch):
+    """What the Note says, through Serving Config's own resolve (what Local Server launches)."""
+    gpu = TWO_GPU_PLANS[name][0][0]
+    monkeypatch.setenv(GPU_MEMORY_ENV, f"{gpu},{gpu}")
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=64 * 2**30))
+    model, serving = _template_choices(name, defs)
+    both = serving.resolve(model.model, stub_config).spec
+    one = replace(serving, gpus="count=1").resolve(model.model, stub_config).spec
+    assert both.gpus == (0, 1) and both.parallel.world_size == 2
+    assert one.gpus == (0,) and one.parallel.world_size <= 1
 
 
 @pytest.mark.parametrize("name", ["wan22_t2v_a14b_2gpu_ulysses", "wan22_i2v_a14b_2gpu_cfg",

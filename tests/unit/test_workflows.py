@@ -255,7 +255,7 @@ def test_the_seed_sweep_is_one_prompt_several_seeds_and_a_save_for_every_clip():
                                            LocalConfig().max_batch_clips)]
     assert seeds == list(range(values["seed"], values["seed"] + values["batch_count"]))
     note = nodes_of(ui, "Note")[0]["widgets_values"][0]
-    said = re.search(r"(\d+) clips on one GPU", note) and re.search(r"\((\d+) to (\d+) here", note)
+    said = re.search(r"one prompt as (\d+) clips", note) and re.search(r"\((\d+) to (\d+) here", note)
     assert said and int(re.search(r"(\d+) clips", note)[1]) == len(seeds)
     assert [int(said[1]), int(said[2])] == [seeds[0], seeds[-1]]
     (save,) = [e for e in api.values() if e["class_type"] == "SaveVideo"]
