@@ -19,7 +19,7 @@ from typing import NoReturn, Optional, Sequence
 from ..errors import LauncherError
 from . import usage_hints
 from .exit_codes import ExitCode, epilog
-from .report import report_error
+from .report import option_flags, report_error
 from .version import package_version
 
 PROG = "python -m vllm_omni_launcher"
@@ -98,7 +98,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return int(module.run(cmd_args) or 0)
     except LauncherError as exc:
-        report_error(exc, json_mode)
+        report_error(exc, json_mode, option_flags(parser))      # its fix names this command's options
         return ExitCode.LAUNCHER_ERROR
     except KeyboardInterrupt:
         report_error(LauncherError("Interrupted", "Ctrl-C arrived before the command finished",

@@ -3,48 +3,57 @@
 The output is deterministic: where neither --port nor the local config names a port, the
 argv shows PORT_PLACEHOLDER (8091) instead of the free port a launch would pick, and says so
 on stderr, so the same options print the same command on every call. `--parallel auto` shows
-what the memory planner picks for this machine's GPUs (its reasoning on stderr).
+what the memory planner picks for this machine's GPUs, or for the GPUs --gpu-memory gives (the
+GPU machine's, say), with its reasoning on stderr; where neither says a size, it refuses rather
+than print a one-GPU command the planner never chose.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 
+from ..errors import LauncherError
+from ..planner.launch_plan import gpu_memory
 from ..server.config.local_config import load_local_config
 from ..server.launch.versions import DEFAULT_VERSION
-from .launch_options import PORT_PLACEHOLDER, add_launch_options, launch_from_args
+from .launch_options import PORT_PLACEHOLDER, add_launch_options, is_auto, launch_from_args
+from .size_options import add_gpu_memory_option
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_launch_options(parser)
+    add_gpu_memory_option(parser.add_argument_group("GPUs"), note="what --parallel auto plans for and the "
+                          "explicit settings are checked against (default: this machine's)")
     parser.add_argument("--json", action="store_true",
                         help='print {"argv": [...], "env": {...}, "port_placeholder": true|false}')
 
 
 def run(args: argparse.Namespace) -> int:
     config = load_local_config()
+    _ids, sizes, source = gpu_memory() if is_auto(args) and args.gpu_memory is None else ([], [0.0], "")
+    if not sizes:
+        raise LauncherError("argv --parallel auto has no GPU sizes to plan for",
+                            f"{source}, and --gpu-memory is not given",
+                            "give the GPU machine's sizes, e.g. --gpu-memory 24,24 (GiB), or run argv on that "
+                            "machine, or name the parallel mode (e.g. --parallel ulysses=2)", setting="gpu_memory")
     # Resolved as a launch would be (the planner for --parallel auto), but the flags are checked
     # against the pinned line: argv starts nothing, so it does not probe the server environment
     # and prints the command on a machine without GPUs too (for the GPU machine).
-    plan = launch_from_args(args, config, server_version=DEFAULT_VERSION, starts=False)
+    plan = launch_from_args(args, config, server_version=DEFAULT_VERSION, starts=False, gpu_sizes=args.gpu_memory)
     spec = plan.spec
-    if plan.text:
-        print(plan.text, file=sys.stderr)
+    report = plan.report()
+    if report:
+        print(report, file=sys.stderr)
     executable = list(config.server_command) or ["vllm"]
     port = spec.port or config.port
     command = spec.build(executable, port or PORT_PLACEHOLDER, api_key="***",
                          trust_remote_code=config.trust_remote_code)
-    shown = command.redacted()
     if args.json:
-        print(json.dumps({**shown, "port_placeholder": port is None}))
+        print(json.dumps({**command.redacted(), "port_placeholder": port is None}))
     else:
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in shown["env"].items())
-        print((env + " " if env else "") + shlex.join(shown["argv"]))
+        print(command.shell())
     if port is None:
         print(f"note: no port is set (--port or the local config), so {PORT_PLACEHOLDER} is shown; "
               "a launch picks a free port instead", file=sys.stderr)
-    for warning in plan.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
     return 0

@@ -25,13 +25,15 @@ from typing import Any, Callable, Optional
 
 from ..client.api import VideoClient
 from ..client.images import image_to_png
+from ..client.media import MAX_AUDIO_S, MAX_REFERENCE_IMAGES
 from ..client.request import DEFAULT_SAMPLER, SAMPLERS
 from ..client.transport import Deadlines
 from ..errors import LauncherError
-from ..models import ALL_FAMILIES, family_for, guidance_as_sent, request_for
+from ..models import ALL_FAMILIES, InputWords, check_inputs, family_for, guidance_as_sent, request_for
 from ..planner.launch_plan import NO_GPU, RequestLimit
 from ..planner.speed_costs import cfg_runs
 from ..server.config.local_config import load_local_config
+from ..server.config.remote_servers import remote_target
 from ..server.launch.loras import request_lora_from_cli
 from .launch_options import add_launch_options, launch_from_args
 from .request_options import check_request_options
@@ -65,11 +67,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="VACE: an H.264 MP4 the video follows (depth, pose, edges or a source clip), exactly "
                         "--width x --height and --frames frames")
     r.add_argument("--reference-image", action="append", default=None, metavar="PATH",
-                   help="VACE: an image whose subject or style the video shows (repeat for up to 4; "
-                        "more than one needs vLLM-Omni 0.30); not with --control-video")
+                   help="VACE: an image whose subject or style the video shows (repeat for up to "
+                        f"{MAX_REFERENCE_IMAGES}; more than one needs vLLM-Omni 0.30); not with --control-video")
     r.add_argument("--audio", default=None, metavar="WAV",
-                   help="S2V-14B: the speech or song to animate --image with (PCM WAV, at most 20 s; the "
-                        "clip is as long as the audio, --frames is the length of each part)")
+                   help=f"S2V-14B: the speech or song to animate --image with (PCM WAV, at most {MAX_AUDIO_S:g} "
+                        "s; the clip is as long as the audio, --frames is the length of each part)")
     r.add_argument("--seed", type=int, default=None, metavar="N",
                    help="random seed (default: a random one, printed and put in the default file name)")
     r.add_argument("--sampler", default=DEFAULT_SAMPLER, choices=SAMPLERS,
@@ -114,48 +116,20 @@ def _load_image(path: Optional[str]) -> Optional[bytes]:
                             "give --image a PNG or JPEG file", setting="--image") from exc
 
 
-def _check_image_option(args: argparse.Namespace, family: Any) -> None:
-    """The model's need for a start image, in the command line's words (models.check_request speaks of
-    the node's IMAGE input)."""
-    if family.pipeline in ("vace", "s2v"):
-        _check_media_options(args, family)
-        return
-    for flag, given in (("--control-video", args.control_video), ("--reference-image", args.reference_image),
-                        ("--audio", args.audio)):
-        if given:
-            raise LauncherError(f"{family.label} does not take {flag}",
-                                "only the VACE models take a control video or reference images, and only S2V-14B "
-                                "takes audio (docs/wan-pipelines.md)",
-                                f"leave {flag} out, or use --model Wan-AI/Wan2.1-VACE-14B-diffusers / "
-                                "Wan-AI/Wan2.2-S2V-14B", setting=flag)
-    if family.image_input == "required" and not args.image:
-        raise LauncherError(f"{family.label} needs a start image", "it is an image-to-video model",
-                            "pass --image PATH (a PNG or JPEG), or use --model Wan-AI/Wan2.2-T2V-A14B-Diffusers or "
-                            "Wan-AI/Wan2.2-TI2V-5B-Diffusers for text-only video", setting="--image")
-    if family.image_input == "none" and args.image:
-        raise LauncherError(f"{family.label} ignores images", "it runs text-to-video only: the image would be "
-                            "dropped", "leave --image out, or use --model Wan-AI/Wan2.2-I2V-A14B-Diffusers or "
-                            "Wan-AI/Wan2.2-TI2V-5B-Diffusers for image-to-video", setting="--image")
+# The command line's words for the inputs models/inputs.py's rule speaks of.
+CLI_WORDS = InputWords(
+    names={"image": "--image", "control_video": "--control-video", "reference_images": "--reference-image",
+           "audio": "--audio"},
+    give={"image": "pass --image PATH (a PNG or JPEG)", "control_video": "pass --control-video MP4",
+          "reference_images": "pass --reference-image PATH", "audio": "pass --audio SPEECH.wav"},
+    drop="leave {name} out", use="use --model {models}", model=lambda family: family.hf_id)
 
 
-def _check_media_options(args: argparse.Namespace, family: Any) -> None:
-    """VACE and S2V inputs in the command line's words (models.check_media then checks their shapes)."""
-    if family.pipeline == "s2v":
-        if not args.image or not args.audio:
-            raise LauncherError(f"{family.label} needs --image and --audio",
-                                "speech-to-video animates the person in one image to the audio",
-                                "pass --image PORTRAIT.png --audio SPEECH.wav", setting="--image" if not args.image
-                                else "--audio")
-        if args.control_video or args.reference_image:
-            raise LauncherError(f"{family.label} takes no control video or reference image",
-                                "those are VACE inputs", "leave them out", setting="--control-video")
-        return
-    if args.image or args.audio:
-        flag = "--image" if args.image else "--audio"
-        raise LauncherError(f"{family.label} does not take {flag}",
-                            "VACE takes a control video (--control-video) or reference images (--reference-image)",
-                            f"leave {flag} out" + (" or pass the image as --reference-image" if args.image else ""),
-                            setting=flag)
+def _check_inputs(args: argparse.Namespace, family: Any) -> None:
+    """The inputs the options give, by the model's one rule (models.check_inputs), before any file is read."""
+    given = [name for name, flag in (("image", args.image), ("control_video", args.control_video),
+                                     ("reference_images", args.reference_image), ("audio", args.audio)) if flag]
+    check_inputs(family, given, CLI_WORDS, references=len(args.reference_image or ()))
 
 
 def _media(args: argparse.Namespace, family: Any, shape: dict[str, Any]) -> dict[str, Any]:
@@ -170,12 +144,6 @@ def _media(args: argparse.Namespace, family: Any, shape: dict[str, Any]) -> dict
     if args.control_video:
         media["control_video"] = control_video_from_mp4(args.control_video)
     if args.reference_image:
-        from ..client.media import MAX_REFERENCE_IMAGES
-
-        if len(args.reference_image) > MAX_REFERENCE_IMAGES:
-            raise LauncherError(f"{len(args.reference_image)} --reference-image were given",
-                                f"VACE takes at most {MAX_REFERENCE_IMAGES} here (one form field of at most 1 MiB)",
-                                f"pass at most {MAX_REFERENCE_IMAGES}", setting="--reference-image")
         media["reference_images"] = tuple(reference_image(_read_rgb(path, "--reference-image"), width, height)
                                           for path in args.reference_image)
     if args.audio:
@@ -206,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
     deadlines = Deadlines.from_config(config)
     drawn = args.seed is None
     if drawn:
-        args.seed = random.randrange(2**31)
+        args.seed = random.randrange(2**31)     # short to retype; any seed in models.SEED's range works
     if args.out is None:
         args.out = OUT_PATTERN.format(time=time.strftime("%Y%m%d-%H%M%S"), seed=args.seed)
     sup = client = request = None
@@ -216,17 +184,18 @@ def run(args: argparse.Namespace) -> int:
                                 "it fuses a LoRA file when a server starts, and --url uses one already running",
                                 "start that server with `serve --lora FILE`, or pass a PEFT folder with "
                                 "--lora-request", setting="lora")
-        named = config.remote_server(args.url)
-        url = (named.url if named else args.url).rstrip("/").removesuffix("/v1")
+        # A configured server's name, else a URL (checked, and given a key only for a configured origin):
+        # the Remote Server node's one rule.
+        _, url, key = remote_target(config, args.url, args.url if args.url in config.remote_servers else "")
         if args.family:
             request = _request(args, ALL_FAMILIES[args.family], image)
-        client = VideoClient(url, api_key=config.api_key_for(url), deadlines=deadlines,
+        client = VideoClient(url, api_key=key, deadlines=deadlines,
                              clip_memory_gib=config.max_clip_memory_gib, proxy=config.remote_proxy)
     else:
         from ..server.registry import Supervisor
 
         picked = "" if args.model else _pick_model(args, config)
-        _check_image_option(args, family_for(args.model))
+        _check_inputs(args, family_for(args.model))
         if family_for(args.model).pipeline in ("vace", "s2v"):   # their media, checked before anything starts
             _request(args, family_for(args.model), image)
         # Refuses at once a machine without GPUs (before the model line, which would only say that
@@ -241,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
             _say(picked)
         if plan.text:
             _say(f"serving: {plan.text}")
-        for warning in plan.warnings:
+        for warning in plan.unsaid_warnings():
             _say(f"warning: {warning}")
         request = _request(args, plan.spec.family, image, plan.limit)   # checked before anything starts
         sup = Supervisor(plan.spec, config, plan.fallback)
@@ -253,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
             sup.start(on_status=lambda st: print(f"  {st.text}", file=sys.stderr))
             client = VideoClient(sup.url, api_key=sup.api_key, served_name=sup.spec.served_name,
                                  server_version=sup.server_version, deadlines=deadlines,
-                                 clip_memory_gib=config.max_clip_memory_gib,
+                                 clip_memory_gib=config.max_clip_memory_gib, supervised=True,
                                  log_hint=f"the server log is {sup.log_path}; queue the job again")
         if request is None:
             request = _request(args, _served_family(client, client.base_url), image)
@@ -296,7 +265,7 @@ def _request(args: argparse.Namespace, family: Any, image: Optional[bytes],
         shape, note = limit.apply(shape)
         if note:
             _say(f"note: {note}")
-    _check_image_option(args, family)
+    _check_inputs(args, family)
     # --boundary-ratio / --flow-shift (launch options) apply to the request too; a server-side
     # boundary ratio wins upstream anyway, and the request's flow shift beats the server's.
     request = request_for(

@@ -144,13 +144,15 @@ def spec_from_args(args: argparse.Namespace, default_host: str = "127.0.0.1") ->
 
 
 def launch_from_args(args: argparse.Namespace, config: LocalConfig, *,
-                     server_version: Optional[Version] = None, cfg: bool = True, starts: bool = True) -> LaunchPlan:
+                     server_version: Optional[Version] = None, cfg: bool = True, starts: bool = True,
+                     gpu_sizes: Optional[list[float]] = None) -> LaunchPlan:
     """The options resolved into what to launch, exactly as the Local Server node resolves its
     Serving Config (planner for auto, GPU selection, the server-version check, the OOM fallback);
     `cfg`: whether the jobs run CFG (`generate` knows from its guidance; `serve` / `argv` do not);
-    `starts`: False for `argv`, which starts nothing, so this machine's GPUs are not required."""
+    `starts`: False for `argv`, which starts nothing, so this machine's GPUs are not required;
+    `gpu_sizes`: GPUs to plan for instead of this machine's (`argv --gpu-memory`)."""
     auto = is_auto(args)
     return resolve_launch(spec_from_args(args, default_host=config.host), config, gpus=args.gpus, auto=auto,
                           allow_fp8=auto and args.quantization == "fp8",
                           auto_fallback=bool(getattr(args, "auto_fallback", False)), server_version=server_version,
-                          cfg=cfg, starts=starts, speed=args.speed)
+                          cfg=cfg, starts=starts, speed=args.speed, gpu_sizes=gpu_sizes)

@@ -13,39 +13,25 @@ import argparse
 import math
 from typing import Optional
 
+from ..client.request_fields import REQUEST_FIELDS, SEED
 from ..errors import LauncherError
-
-# option -> (what it is, smallest allowed value, whether the smallest is allowed itself)
-_BOUNDS: dict[str, tuple[str, float, bool]] = {
-    "width": ("the frame width in pixels", 1, True),
-    "height": ("the frame height in pixels", 1, True),
-    "frames": ("the frame count (4k+1)", 1, True),
-    "fps": ("frames per second", 0, False),
-    "steps": ("the number of denoise steps", 1, True),
-    "guidance": ("the guidance scale", 0, True),
-    "guidance_2": ("the low-noise expert's guidance scale", 0, True),
-    "flow_shift": ("the flow shift", 0, True),
-    "boundary_ratio": ("the A14B expert boundary (0..1)", 0, True),
-}
-_EXAMPLES = {"width": "1280", "height": "704", "frames": "81", "fps": "24", "steps": "40", "guidance": "5",
-             "guidance_2": "3", "flow_shift": "5", "boundary_ratio": "0.875"}
 
 
 def check_request_options(args: argparse.Namespace) -> None:
-    """Refuse a request option given with a value the command line does not take (see the module doc)."""
-    for name, (what, low, inclusive) in _BOUNDS.items():
-        value: Optional[float] = getattr(args, name, None)
+    """Refuse a request option given with a value the command line does not take (see the module doc):
+    each field's range is client/request_fields.py's, as for the nodes' widgets and models.request_for."""
+    for field in REQUEST_FIELDS.values():
+        value: Optional[float] = getattr(args, field.name, None)
         if value is None:
             continue
-        flag = "--" + name.replace("_", "-")
-        ok = math.isfinite(value) and (value >= low if inclusive else value > low)
-        if name == "boundary_ratio":
-            ok = ok and value <= 1
-        if not ok:
-            bound = f"at least {low:g}" if inclusive else f"above {low:g}"
-            raise LauncherError(
-                f"{flag} {value:g} is not valid", f"it is {what} and must be {bound}"
-                + (" and at most 1" if name == "boundary_ratio" else "")
-                + "; on the command line a value is used as given (the node's 0 / -1 markers do not apply)",
-                f"write e.g. {flag} {_EXAMPLES[name]}, or leave {flag} out for the model's recommended value",
-                setting=flag)
+        flag = "--" + field.name.replace("_", "-")
+        broken = field.refusal(value) if math.isfinite(value) else \
+            f"a finite number from {field.shown(field.low)} to {field.shown(field.high)}"
+        if broken is None:
+            continue
+        left_out = "a random one" if field is SEED else "the model's recommended value"
+        markers = "" if field is SEED else \
+            "; on the command line a value is used as given (the node's 0 / -1 markers do not apply)"
+        raise LauncherError(
+            f"{flag} {field.shown(value)} is not valid", f"it is {field.what} and must be {broken}{markers}",
+            f"write e.g. {flag} {field.example}, or leave {flag} out for {left_out}", setting=flag)

@@ -35,8 +35,9 @@ import time
 from pathlib import Path
 from typing import Callable, Optional, Union
 
+from ..client.hosts import is_loopback_host
 from ..errors import LauncherError
-from ..server.config.local_config import LocalConfig, load_local_config
+from ..server.config.local_config import LocalConfig, load_local_config, setting_env_var
 from ..server.registry import HeadRole, JoinRole, ServerRole, Status, Supervisor, group_members
 from ..server.storage import private_files
 from ..errors.redact import strip_control
@@ -172,21 +173,18 @@ def _unit_inputs(args: argparse.Namespace, config: LocalConfig) -> systemd_servi
     import grp
     import pwd
 
-    from ..errors.config_names import config_file_path
+    from ..errors.config_names import CONFIG_VAR, config_file_path
     from ..server.config.server_env import default_server_env
 
     user = pwd.getpwuid(os.getuid())
-    env = {"PYTHONUNBUFFERED": "1"}
-    config_path = config_file_path()
-    if config_path is not None:
-        env["VLLM_OMNI_LAUNCHER_CONFIG"] = str(config_path.expanduser().absolute())
+    env = {"PYTHONUNBUFFERED": "1", CONFIG_VAR: str(config_file_path().expanduser().absolute())}
     if config.server_command:
-        env["VLLM_OMNI_LAUNCHER_SERVER_CMD"] = shlex.join(config.server_command)
+        env[setting_env_var("server_command")] = shlex.join(config.server_command)
     else:
-        env["VLLM_OMNI_LAUNCHER_SERVER_ENV"] = str(Path(config.server_env or default_server_env()).expanduser())
-    env["VLLM_OMNI_LAUNCHER_DATA_DIR"] = str(Path(config.data_dir).expanduser().absolute())
+        env[setting_env_var("server_env")] = str(Path(config.server_env or default_server_env()).expanduser())
+    env[setting_env_var("data_dir")] = str(Path(config.data_dir).expanduser().absolute())
     if config.gpu_lock_dir:
-        env["VLLM_OMNI_LAUNCHER_GPU_LOCK_DIR"] = str(Path(config.gpu_lock_dir).expanduser().absolute())
+        env[setting_env_var("gpu_lock_dir")] = str(Path(config.gpu_lock_dir).expanduser().absolute())
     keyless = args.no_api_key or args.join is not None or args.api_key_file
     key_path = None if keyless else str(Path(args.api_key_from or systemd_service.DEFAULT_KEY_PATH).expanduser()
                                         .absolute())
@@ -239,9 +237,9 @@ def run(args: argparse.Namespace) -> int:
     spec = plan.spec
     if plan.text:
         _say(plan.text)
-    for warning in [*plan.warnings, *role.warnings()]:
+    for warning in [*plan.unsaid_warnings(), *role.warnings()]:
         print(f"warning: {warning}", file=sys.stderr)
-    if args.no_api_key and spec.host not in ("127.0.0.1", "localhost", "::1"):
+    if args.no_api_key and open_without_key(spec.host):
         print(f"warning: serving on {spec.host} without an API key: anyone who can reach it can use the GPUs",
               file=sys.stderr)
     sup = Supervisor(spec, config, plan.fallback, keep_alive_minutes=args.keep_alive_minutes, api_key=key_mode,
@@ -287,7 +285,7 @@ def run(args: argparse.Namespace) -> int:
         systemd_service.notify("STOPPING=1", "STATUS=Stopping the server")
         _say("Stopping the server…")
         pgid = sup.pgid
-        sup.stop(timeout=30)
+        sup.stop()                      # the supervisor's own stop deadline (server/process/timeouts.py)
         if key_path is not None:
             key_path.unlink(missing_ok=True)
         left = _leftovers(pgid)
@@ -299,6 +297,12 @@ def run(args: argparse.Namespace) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return code
+
+
+def open_without_key(host: str) -> bool:
+    """Whether a server bound to `host` without an API key is open to other machines: any host but
+    loopback in any spelling (127.0.0.0/8, localhost, ::1, [::1]: client/hosts.py's one reading)."""
+    return not is_loopback_host(host)
 
 
 def _announce(sup: Supervisor, name: str, no_api_key: bool, key_path: Optional[Path],

@@ -26,15 +26,13 @@ from ..errors import LauncherError
 from ..planner.doctor_env import check_server_env
 from ..planner.doctor_report import OK
 from ..planner.gpus import query_gpus
-from ..server.config.local_config import LocalConfig, load_local_config
+from ..server.config.local_config import LocalConfig, load_local_config, setting_env_var
 from ..server.config.platform_check import require_local_server_platform
-from ..server.config.server_env import SETUP_COMMAND, default_server_env
-from ..server.launch.versions import DEFAULT_VERSION, ServerVersions
-from ..errors.config_names import ENV_PREFIX
+from ..server.config.server_env import PACKAGE, SETUP_COMMAND, SETUP_SCRIPT, default_server_env
+from ..server.launch.versions import PINNED_RELEASE, ServerVersions
 from .exit_codes import ExitCode
 
-PINNED_RELEASE = "%d.%d.0" % DEFAULT_VERSION     # the pair the launcher pins (create_server_env.sh's default)
-CREATE_SCRIPT = Path(__file__).resolve().parents[1] / "server" / "create_server_env.sh"
+CREATE_SCRIPT = SETUP_SCRIPT                      # the installer run (tests put a stand-in here)
 CHECK_TIMEOUT_S = 180.0                           # importing torch + vllm metadata on a cold disk
 
 
@@ -143,19 +141,21 @@ def _next_step(target: Path, config: LocalConfig) -> list[str]:
     """How the launcher will find `target`, given what is configured (explicit settings win)."""
     if config.server_command:
         found = (f"warning: server_command ({shlex.join(config.server_command)}) is configured and wins over any "
-                 f"server environment; remove {ENV_PREFIX}SERVER_CMD / 'server_command' to use this one")
+                 f"server environment; remove {setting_env_var('server_command')} / 'server_command' to use this "
+                 "one")
     elif config.server_env and Path(config.server_env).expanduser().absolute() == target:
         found = "the launcher uses it: it is the configured server_env"
     elif config.server_env:
-        found = (f"warning: server_env is configured as {config.server_env} and wins; set {ENV_PREFIX}SERVER_ENV / "
-                 f"'server_env' to {target} to use this one")
+        found = (f"warning: server_env is configured as {config.server_env} and wins; set "
+                 f"{setting_env_var('server_env')} / 'server_env' to {target} to use this one")
     elif target == default_server_env().absolute():
         found = "the launcher finds it here by itself: nothing to configure"
     else:
-        found = (f"point the launcher at it: export {ENV_PREFIX}SERVER_ENV={target} (or \"server_env\" in the "
+        found = (f"point the launcher at it: export {setting_env_var('server_env')}={target} (or \"server_env\" in the "
                  "launcher config) before starting ComfyUI")
-    return [found, 'next: open a template in ComfyUI, or python -m vllm_omni_launcher generate --prompt '
-                   '"a red fox running through snow"']
+    # the CLI runs as `<python> -m vllm_omni_launcher`: name that interpreter, as setup_command does
+    return [found, f"next: open a template in ComfyUI, or {shlex.quote(sys.executable or 'python3')} -m {PACKAGE} "
+                   'generate --prompt "a red fox running through snow"']
 
 
 def run(args: argparse.Namespace) -> int:

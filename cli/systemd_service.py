@@ -14,8 +14,8 @@ The unit's choices, each for what the launcher does (docs/deploy/README.md expla
   SIGKILL at once. `control-group` would SIGTERM every vLLM worker at the same moment as the launcher,
   behind its back: the supervisor would see its server die while it is still deciding to stop, and
   upstream's engine processes would not get the API server's orderly shutdown.
-  `TimeoutStopSec` covers the launcher's own stop (at most 30 s) with room to spare; past it, systemd
-  SIGKILLs the whole cgroup.
+  `TimeoutStopSec` covers the launcher's own stop (the supervisor's stop deadline, 30 s, after at most a
+  cancelled start's) with room to spare; past it, systemd SIGKILLs the whole cgroup.
 * `TimeoutStartSec=infinity`: `serve` has its own startup deadline (`--startup-timeout`, by default
   scaled by model size: a first start downloads tens of GB) and exits 1 when it passes.
 * `Restart=on-failure`: the supervisor already restarts a crashed or hung server inside the service
@@ -33,17 +33,22 @@ The unit's choices, each for what the launcher does (docs/deploy/README.md expla
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 import socket
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
+from ..server.registry import REPLACE_STOP_S, STOP_S
+
 UNIT_NAME = "vllm-omni-launcher.service"
 CREDENTIAL = "api-key"
 CREDENTIAL_ARG = f"%d/{CREDENTIAL}"        # %d: systemd's credentials directory of the unit
 DEFAULT_KEY_PATH = "/etc/vllm-omni-launcher/api-key"
-STOP_TIMEOUT_S = 90                        # the launcher's own stop takes at most 30 s (sup.stop(timeout=30))
+# systemd's wait for the launcher's own stop, whose worst case is a cancelled start's replace and then the
+# requested stop (the supervisor's deadlines): twice that, rounded up to a half minute (90 s today)
+STOP_TIMEOUT_S = 30 * math.ceil(2 * (REPLACE_STOP_S + STOP_S) / 30)
 
 
 # ---- sd_notify --------------------------------------------------------------------------------

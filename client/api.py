@@ -52,11 +52,14 @@ class VideoClient:
     def __init__(self, base_url: str, api_key: Optional[str] = None, served_name: Optional[str] = None,
                  server_version: tuple[int, int] = (0, 30), *, deadlines: Deadlines = Deadlines(),
                  retry: RetryPolicy = RetryPolicy(), sleep: Callable[[float], None] = time.sleep,
-                 log_hint: str = REMOTE_LOG_HINT, clip_memory_gib: Optional[float] = None,
-                 proxy: Optional[str] = None, clock: Callable[[], float] = time.monotonic) -> None:
-        """`log_hint` is the fix given when the server stops answering mid-job: where this
-        caller's user can read what happened (a supervised server has Server Status and its
-        log; a remote one only the log on its own machine). `clip_memory_gib`: max_clip_memory_gib.
+                 supervised: bool = False, log_hint: Optional[str] = None,
+                 clip_memory_gib: Optional[float] = None, proxy: Optional[str] = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """`supervised`: this launcher started the server and looks after it (a Local Server, or the
+        CLI's own), so a refused connection means it is not ready or has exited, never that the user
+        must start it. `log_hint` is the fix given when the server stops answering mid-job: where this
+        caller's user can read what happened (by default, for a supervised server Server Status and
+        its log; for a remote one the log on its own machine). `clip_memory_gib`: max_clip_memory_gib.
         `proxy`: the local config's remote_proxy (transport.py: never one from the environment).
         `clock` (with `sleep`): the poll cadence's time, for tests that run a job's minutes in a moment."""
         if not base_url or "://" not in base_url:
@@ -66,9 +69,10 @@ class VideoClient:
         self.base_url = base_url.rstrip("/")
         self.served_name = served_name
         self.server_version = tuple(server_version)[:2]
-        self.log_hint = log_hint
+        self.log_hint = log_hint or (LOCAL_LOG_HINT if supervised else REMOTE_LOG_HINT)
         self.clip_memory_gib = clip_memory_gib
-        self._http = Transport(self.base_url, api_key, deadlines=deadlines, retry=retry, proxy=proxy, sleep=sleep)
+        self._http = Transport(self.base_url, api_key, deadlines=deadlines, retry=retry, proxy=proxy, sleep=sleep,
+                               supervised=supervised)
         self._jobs = VideoJobs(self._http, self.base_url)
         self._clock = clock
         self._round_cadence: Optional[PollCadence] = None    # wait_for_next_poll's (a batch's poll rounds)
@@ -92,9 +96,10 @@ class VideoClient:
         """True when GET /health answers 200 (no key needed). One short try, never raises."""
         return self._jobs.health()
 
-    def models(self) -> list[str]:
-        """Served model names from GET /v1/models."""
-        return self._jobs.models()
+    def models(self, *, should_cancel: Optional[Callable[[], bool]] = None) -> list[str]:
+        """Served model names from GET /v1/models. A cancel during a read or a wait between tries
+        raises transport.Cancelled (no job exists yet, so there is nothing to delete or explain)."""
+        return self._jobs.models(should_cancel)
 
     def clip_bounds(self, req: VideoRequest, frame_multiplier: int = 1) -> ClipBounds:
         """req.bounds(), refused when its decoded frames could pass the per-clip memory cap

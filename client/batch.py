@@ -12,8 +12,9 @@ and its one poll cadence (`wait_for_next_poll`: the poll interval, fast polling 
 cancel checks in 0.25 s slices). No HTTP of our own.
 
 Memory: a batch is memory, so its size is capped by the caller (the local config's
-`max_batch_clips`), and every clip by the client's per-clip memory cap (`clip_bounds`, checked for
-every request before the first is submitted: clip_memory.py). The frames of all clips go into
+`max_batch_clips`), every clip by the client's per-clip memory cap (`clip_bounds`, checked for
+every request before the first is submitted: clip_memory.py), and all clips together by the same
+cap (check_batch_memory, also before the first submit): the frames of all clips go into
 one [n x F, H, W, 3] float32 array. Where the requests fix the clip's shape exactly
 (bounds.expected_shape, the same for every request) it is allocated before the first download
 and every clip is decoded straight into its rows;
@@ -37,6 +38,7 @@ import numpy as np
 
 from ..errors import LauncherError
 from .bounds import ClipBounds, expected_shape
+from .clip_memory import check_batch_memory
 from .job_results import GenerationCancelled, JobState
 from .request import VideoRequest
 from .transport import Cancelled
@@ -79,8 +81,9 @@ class Clip:
 @dataclass
 class BatchResult:
     """All clips, in request order. `frames` is [sum of frames, H, W, 3] float32 0..1, clip i
-    at rows clip_rows(i); `most_at_once` is the most jobs one poll round saw running together
-    (above 1: the server batched them or ran replicas)."""
+    at rows clip_rows(i); `most_at_once` is the most jobs one poll round saw in_progress together
+    (above 1: they overlapped, which a job's VAE decode and MP4 encode beside the next one's denoise
+    does too, so it is no proof of request batching or replicas)."""
 
     frames: np.ndarray = field(repr=False)
     clips: list[Clip]
@@ -117,12 +120,13 @@ def run_batch(client: Any, requests: Sequence[VideoRequest], *,
     """Submit every request, poll until all are done, download and decode each as it completes.
 
     `client` is a VideoClient (or anything with its clip_bounds / submit / status / download_decoded /
-    delete / wait_for_next_poll, job_failure). `due()`: some job should be finishing now (poll fast). A failed job,
-    a clip of another shape than the first, or the deadline raises LauncherError; a cancel
-    raises BatchCancelled. Either way no job of the batch is left on the server."""
+    delete / wait_for_next_poll, job_failure and clip_memory_gib). `due()`: some job should be
+    finishing now (poll fast). A failed job, a clip of another shape than the first, or the deadline
+    raises LauncherError; a cancel raises BatchCancelled. Either way no job of the batch is left on the server."""
     if not requests:
         raise ValueError("run_batch needs at least one request")
     bounds = [client.clip_bounds(req) for req in requests]      # each clip's memory checked before any is sent
+    check_batch_memory(bounds, client.clip_memory_gib)          # and the one array of all clips
     run = _Batch(client, list(requests), bounds, should_cancel, time.monotonic())
     try:
         run.submit_all()

@@ -7,8 +7,10 @@ black MP4 would otherwise make the launcher allocate 12 GiB. So every request wh
 be decoded is checked here, before it is submitted (VideoClient.clip_bounds, for single jobs and
 every clip of a batch): the most its ClipBounds allow (bounds.py: the largest size and frame count
 an honest server may return, frame interpolation included) times 12 bytes must fit the local
-config's `max_clip_memory_gib`. Every allocation of frames (the IMAGE array, its prepared pages,
-a batch's rows) is sized from those checked bounds, so none can pass the cap.
+config's `max_clip_memory_gib`. A batch's clips are one IMAGE array, so their sum must fit it
+too (check_batch_memory, before the first is submitted). Every allocation of frames (the IMAGE
+array, its prepared pages, a batch's rows) is sized from those checked bounds, so none can pass
+the cap.
 
 The default is a quarter of this machine's RAM (psutil): TI2V-5B's 1280x704x121 clip is 1.2 GiB,
 A14B's 1280x720x81 is 0.8 GiB, so even a 16 GiB machine takes every model's default clip, while a
@@ -16,14 +18,14 @@ clip that would push ComfyUI into swap (or the OOM killer) is refused with the s
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 from ..errors import LauncherError
-from ..errors.config_names import CONFIG_FILE_NAME, ENV_PREFIX
+from ..errors.config_names import CONFIG_FILE_NAME, env_var
 from .bounds import ClipBounds
 
 SETTING = "max_clip_memory_gib"                 # LocalConfig's field (server/config/local_config.py declares it)
-ENV_VAR = ENV_PREFIX + SETTING.upper()          # the local config's rule for a setting's variable
+ENV_VAR = env_var(SETTING)                      # the setting's variable (declared without env=)
 BYTES_PER_PIXEL = 3 * 4          # float32 RGB, ComfyUI's IMAGE
 RAM_SHARE = 0.25                 # the default: this share of the machine's RAM
 UNKNOWN_RAM_BYTES = 16 << 30     # RAM as assumed when it cannot be read
@@ -61,21 +63,39 @@ def check_clip_memory(bounds: ClipBounds, cap_gib: Optional[float]) -> ClipBound
     need, cap = clip_bytes(bounds), cap_bytes(cap_gib)
     if need <= cap:
         return bounds
+    raise _refusal(f"A {bounds.asked} clip needs {need / GIB:.1f} GiB of memory; this machine allows "
+                   f"{cap / GIB:.1f} GiB per clip", "its frames are held", cap_gib, cap,
+                   "lower width, height or frames (or turn frame interpolation off)", "frames")
+
+
+def check_batch_memory(bounds: Sequence[ClipBounds], cap_gib: Optional[float]) -> None:
+    """Refuse a batch with a clip past the cap (check_clip_memory's refusal), or whose clips' frames
+    could take more than the same cap together: a batch's frames are one IMAGE array of all its
+    clips (batch.py), so the cap bounds that array, not only each clip. Checked with the clips'
+    bounds, before anything is allocated or sent."""
+    for clip in bounds:
+        check_clip_memory(clip, cap_gib)
+    need, cap = sum(clip_bytes(b) for b in bounds), cap_bytes(cap_gib)
+    if need <= cap:
+        return
+    asked = ", ".join(dict.fromkeys(b.asked for b in bounds))
+    raise _refusal(f"{len(bounds)} clips of {asked} need {need / GIB:.1f} GiB of memory together; this machine "
+                   f"allows {cap / GIB:.1f} GiB", "the batch's frames are one IMAGE array holding every clip, held",
+                   cap_gib, cap, "lower batch_count or use fewer prompt lines, or lower width, height or frames",
+                   "batch_count")
+
+
+def _refusal(what: str, held: str, cap_gib: Optional[float], cap: int, lower: str, setting: str) -> LauncherError:
+    """The cap's one wording: `held` says what holds the frames, `lower` what the workflow can change."""
     where = ("set in the launcher's local config" if cap_gib is not None else
              f"the default, a quarter of this machine's {machine_ram_bytes() / GIB:.0f} GiB of RAM")
-    return _refuse(bounds, need, cap, where)
-
-
-def _refuse(bounds: ClipBounds, need: int, cap: int, where: str) -> ClipBounds:
-    raise LauncherError(
-        f"A {bounds.asked} clip needs {need / GIB:.1f} GiB of memory; this machine allows {cap / GIB:.1f} GiB "
-        "per clip",
-        f"its frames are held as ComfyUI's IMAGE (float32 RGB, {BYTES_PER_PIXEL} bytes per pixel per frame), and "
-        f"how much one clip may take is the machine operator's choice, not a workflow's: {SETTING} = "
+    return LauncherError(
+        what,
+        f"{held} as ComfyUI's IMAGE (float32 RGB, {BYTES_PER_PIXEL} bytes per pixel per frame), and how much "
+        f"memory they may take is the machine operator's choice, not a workflow's: {SETTING} = "
         f"{cap / GIB:.1f} GiB ({where}). Nothing was sent to the server",
-        f"lower width, height or frames (or turn frame interpolation off), or raise {SETTING} in "
-        f"{CONFIG_FILE_NAME} (or {ENV_VAR}) on this machine", setting="frames")
+        f"{lower}, or raise {SETTING} in {CONFIG_FILE_NAME} (or {ENV_VAR}) on this machine", setting=setting)
 
 
-__all__ = ["BYTES_PER_PIXEL", "SETTING", "cap_bytes", "check_clip_memory", "clip_bytes", "default_cap_gib",
-           "machine_ram_bytes"]
+__all__ = ["BYTES_PER_PIXEL", "SETTING", "cap_bytes", "check_batch_memory", "check_clip_memory", "clip_bytes",
+           "default_cap_gib", "machine_ram_bytes"]

@@ -1,7 +1,7 @@
 """Failures talking to a vLLM-Omni server, as LauncherError text naming the setting to change.
 
-Two families: the exchange itself failed (refused, cut, past a deadline, answer over its cap),
-or the server answered with an error. Upstream error shapes (checked against the 0.30 wheel's
+The server answered with an error (the exchange itself failing, refused, cut, past a deadline or
+over its cap, is exchange_errors.py's). Upstream error shapes (checked against the 0.30 wheel's
 FastAPI app and exception handlers):
 `{"error": {"message", "type", "param": "body.<field>" | null, "code"}}` for 4xx/5xx,
 `{"error": "Unauthorized"}` for a missing/wrong key, and a failed job's own body
@@ -10,128 +10,26 @@ FastAPI app and exception handlers):
 Everything a server sends is untrusted: terminal control characters, escape sequences and
 invisible format characters (zero-width, bidi) are stripped and its length is capped
 (`untrusted_text`) before any of it reaches an error's text, and callers scrub the API key from
-it first (`redact`).
+it first (`exchange_errors.redact`).
 """
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Optional
-
-import requests
+from typing import Any, Optional
 
 from ..errors import LauncherError
-from ..errors.failure_patterns import is_oom
+from ..errors.failure_patterns import (API_SERVER_COUNT, CONTENT_OF_FAILED_JOB, ENGINE_DEAD, MODEL_MISMATCH,
+                                      MODEL_UNKNOWN, NO_IMAGE, SIZE_NOT_DIVISIBLE, is_oom)
 from ..errors.redact import strip_control, untrusted_text
 from .origins import key_setup_hint
+from .request_fields import REQUEST_FIELDS
 from .server_json import parse_server_json
 
 # Statuses that mean "busy, starting or behind a failing proxy: ask again" (retried by the transport).
 RETRY_STATUSES = frozenset({408, 429, 502, 503, 504})
 KEY_SETTING = "remote_servers"
-CONFIG_FILE = "vllm_omni_launcher.json"
 MESSAGE_LIMIT = 500            # characters of a server's message inside our what/why text
 ID_LIMIT = 120                 # characters of a server-given job id or model name shown
-
-
-def redact(text: str, secret: Optional[str]) -> str:
-    """`text` with the API key replaced by ***."""
-    if secret and text:
-        return text.replace(secret, "***")
-    return text
-
-# ----------------------------------------------------------------------------- connection, deadline, size
-
-def _exception_chain(exc: BaseException) -> Iterable[BaseException]:
-    seen: set[int] = set()
-    stack: list[Any] = [exc]
-    while stack:
-        item = stack.pop()
-        if not isinstance(item, BaseException) or id(item) in seen:
-            continue
-        seen.add(id(item))
-        yield item
-        stack.extend([item.__cause__, item.__context__, getattr(item, "reason", None)])
-        stack.extend(a for a in getattr(item, "args", ()) if isinstance(a, BaseException))
-
-
-def not_sent(exc: BaseException) -> bool:
-    """True when the request certainly never reached the server (safe to repeat a POST)."""
-    from urllib3.exceptions import ConnectTimeoutError, NewConnectionError  # noqa: PLC0415
-
-    if isinstance(exc, requests.exceptions.ConnectTimeout):
-        return True
-    return any(isinstance(e, (NewConnectionError, ConnectTimeoutError, ConnectionRefusedError))
-               for e in _exception_chain(exc))
-
-
-def refused(exc: BaseException) -> bool:
-    return any(isinstance(e, ConnectionRefusedError) or "Connection refused" in str(e)
-               for e in _exception_chain(exc))
-
-
-def unreachable_error(base_url: str, exc: BaseException, secret: Optional[str] = None,
-                      *, tries: int = 1, note: str = "") -> LauncherError:
-    """Connection-level failure as UI text (refused, DNS, timeout, reset); `note` is added to
-    the fix (the transport's word on proxy variables it does not use)."""
-    raw = untrusted_text(redact(f"{type(exc).__name__}: {exc}", secret))
-    after = f" (after {tries} tries)" if tries > 1 else ""
-    if refused(exc):
-        return LauncherError(
-            f"Cannot reach the vLLM-Omni server at {base_url}{after}",
-            "the connection was refused: nothing is listening there. The server is not running, "
-            "has exited, is still loading the model (vLLM-Omni opens its port only once the weights "
-            "are loaded and warm), or the URL/port is wrong",
-            "start the server with the launcher node (or wait until it reports ready), and check the URL" + note,
-            setting="server", raw=raw, kind="refused")
-    if isinstance(exc, requests.exceptions.Timeout):
-        return LauncherError(
-            f"The vLLM-Omni server at {base_url} did not answer in time{after}",
-            "the connection or the response timed out; the host may be overloaded, asleep or behind "
-            "a firewall, or the server is wedged",
-            "check that the server is up (GET /health) and that the machine is reachable" + note,
-            setting="server", raw=raw, kind="timeout")
-    return LauncherError(
-        f"Lost the connection to the vLLM-Omni server at {base_url}{after}",
-        "the network connection failed or was closed before an answer came back "
-        "(server crashed or restarted, or a network problem)",
-        "check the server log and that it is still running, then queue the prompt again" + note,
-        setting="server", raw=raw, kind="lost")
-
-
-def deadline_error(base_url: str, what: str, stage: str, seconds: float, *, tries: int = 1) -> LauncherError:
-    """A try that ran past a deadline, naming the local config key that sets it."""
-    after = f" (after {tries} tries)" if tries > 1 else ""
-    if stage == "body":
-        key = "body_timeout_s"
-        head = f"{what}: the download from {base_url} did not finish within {seconds:g} s{after}"
-        why = ("the server kept the answer open (or sent it a few bytes at a time) past the whole-body "
-               "deadline; it is overloaded, the network is very slow, or it is not a vLLM-Omni server")
-    else:
-        key = "first_byte_timeout_s"
-        head = f"{what}: the server at {base_url} sent no complete answer within {seconds:g} s{after}"
-        why = ("its answer had not arrived, or was trickling in a few bytes at a time, when the deadline "
-               "passed; the server is overloaded or wedged, or it is not a vLLM-Omni server")
-    return LauncherError(
-        head, why,
-        f"check the server (GET /health and its log); if it is only slow, raise {key} in the launcher's "
-        f"local config ({CONFIG_FILE} or VLLM_OMNI_LAUNCHER_{key.upper()})",
-        setting=key, kind="timeout")
-
-
-def too_large_error(base_url: str, what: str, *, limit: int, size: int, announced: bool,
-                    cap_reason: str) -> LauncherError:
-    """An answer over the call's cap: `announced` by its Content-Length, or seen while reading."""
-    got = f"announced {_mb(size)}" if announced else f"sent more than {_mb(limit)}"
-    return LauncherError(
-        f"{what}: the server at {base_url} {got}, over the launcher's cap of {_mb(limit)}",
-        (cap_reason or "no vLLM-Omni answer to this call is that large")
-        + ("; the launcher refused it before reading" if announced else "; the launcher stopped reading at the cap")
-        + ", so the server is misbehaving or is not vLLM-Omni",
-        f"check which program answers at {base_url} and its log", setting="server")
-
-
-def _mb(size: int) -> str:
-    return f"{size / (1 << 20):.1f} MiB"
 
 
 # ----------------------------------------------------------------------------- HTTP error answers
@@ -158,16 +56,10 @@ FIELD_SETTINGS: dict[str, str] = {
     "model": "model",
 }
 
-# Valid ranges upstream enforces (protocol/videos.py), to say what to set instead.
+# What to set a refused form field to: the launcher's range (request_fields.py: upstream's, or narrower)
+# and what else the value must be.
 FIELD_LIMITS: dict[str, str] = {
-    "num_inference_steps": "1..200",
-    "guidance_scale": "0..20",
-    "guidance_scale_2": "0..20",
-    "boundary_ratio": "0..1",
-    "fps": ">= 1",
-    "num_frames": ">= 1, and 4k+1 for Wan (e.g. 81)",
-    "width": "a positive multiple of 16 (32 for TI2V-5B)",
-    "height": "a positive multiple of 16 (32 for TI2V-5B)",
+    **{f.form: f.range_text + (f", {f.rule}" if f.rule else "") for f in REQUEST_FIELDS.values()},
     "seconds": "a whole number (e.g. 4); the launcher itself sends frames instead",
 }
 
@@ -222,9 +114,12 @@ def error_field(body: Any, message: str) -> Optional[str]:
     return None
 
 
-OOM_FIX = ("lower width/height or frames, enable VAE tiling, CPU offload or a parallel mode "
-           "(--usp 2 / --cfg-parallel-size 2 on two GPUs), or set the serving config to auto so the "
-           "launcher picks settings that fit")
+# What frees GPU memory for a job, named as the user sets it: Serving Config's widgets (planner/launch_plan.py
+# ServingChoice) and the CLI's options, which client/ may not import: tests/unit/test_job_failure_text.py checks them.
+OOM_FIX = ("lower width/height or frames; or in Serving Config turn vae_tiling on, set offload to 'module', or "
+           "use two GPUs with parallel_mode ulysses or cfg and parallel_degree 2 (CLI: --vae-tiling, --offload "
+           "module, --parallel ulysses=2 or --parallel cfg=2); parallel_mode auto (CLI: --parallel auto) lets the "
+           "launcher pick settings that fit")
 
 
 def job_failed_error(job_id: str, message: str, raw: str, code: Any = None) -> LauncherError:
@@ -242,19 +137,19 @@ def job_failed_error(job_id: str, message: str, raw: str, code: Any = None) -> L
             setting="width",
             raw=raw,
         )
-    if "no image is provided" in full.lower():
+    if NO_IMAGE.search(full):
         return LauncherError(
             f"Job {job_id} failed: the model needs a start image",
             "the loaded model is image-to-video (I2V-A14B) and the request carried no image",
             "connect an IMAGE to the 'image' input, or load T2V-A14B / TI2V-5B",
             setting="image", raw=raw)
-    if "divisible by" in full.lower() and ("height" in full.lower() or "width" in full.lower()):
+    if SIZE_NOT_DIVISIBLE.search(full):
         return LauncherError(
             f"Job {job_id} failed: width/height not accepted by the model",
             message,
             "set width and height to multiples of 16 (32 for TI2V-5B)",
             setting="width", raw=raw)
-    if "enginedead" in full.replace(" ", "").lower() or "engine core" in full.lower():
+    if ENGINE_DEAD.search(full):
         return LauncherError(
             f"Job {job_id} failed because the vLLM-Omni engine died",
             "the GPU worker process crashed (see the server log); the server shuts down after this",
@@ -315,11 +210,11 @@ def http_error(status: int, text: str, *, what: str, base_url: str, sent_key: bo
             setting=KEY_SETTING, raw=raw)
 
     if status in (400, 422):
-        if status == 422 and job_id and "generation failed" in message.lower():
+        if status == 422 and job_id and CONTENT_OF_FAILED_JOB.search(message):
             return LauncherError(
                 f"Job {job_id} failed, so there is no video to download",
                 "the server marked the job failed", "check the job's error and the server log", raw=raw)
-        if message.lower().startswith("model mismatch"):
+        if MODEL_MISMATCH.match(message):
             return LauncherError(
                 f"{what} was refused: the server runs a different model",
                 untrusted_text(message, MESSAGE_LIMIT),
@@ -345,7 +240,7 @@ def http_error(status: int, text: str, *, what: str, base_url: str, sent_key: bo
                 "jobs live in the server's memory only: it was deleted, or the server restarted "
                 "(for example after a crash or an idle stop) and forgot it",
                 "queue the prompt again", setting="server", raw=raw)
-        if "model" in message.lower():
+        if MODEL_UNKNOWN.search(message):
             return LauncherError(
                 f"{what}: the server does not serve the requested model",
                 _first_line(message), "use the loader node's server handle for this model",
@@ -358,7 +253,7 @@ def http_error(status: int, text: str, *, what: str, base_url: str, sent_key: bo
             setting="server", raw=raw)
 
     if status == 409:
-        if "api-server-count" in message.lower() or "single api" in message.lower() or "api server" in message.lower():
+        if API_SERVER_COUNT.search(message):
             return LauncherError(
                 f"{what} was refused: the server runs several API processes",
                 "vLLM-Omni keeps video jobs in one process's memory and refuses /v1/videos with --api-server-count > 1",

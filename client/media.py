@@ -25,11 +25,13 @@ from typing import Any, Optional
 import numpy as np
 
 from ..errors import LauncherError
+from .images import check_image_pixels, uint8_rgb
 
 FORM_TEXT_PART_MAX = 1 << 20          # Starlette's max_part_size for a text part (formparsers.py:172-173)
 MAX_REFERENCE_IMAGES = 4              # VACE R2V: one JSON part holds them all (< 1 MiB)
 MAX_CONTROL_FRAMES = 257              # 4k+1; 16 s at 16 fps
 MAX_CONTROL_PIXELS = 1280 * 720       # per frame; the largest size Wan is trained at
+# reference images (and the I2V / S2V start image): images.MAX_IMAGE_PIXELS, before their one conversion
 CONTROL_VIDEO_MAX_BYTES = 256 << 20   # what the launcher uploads at most (upstream reads it unbounded)
 CONTROL_CRF = 10                      # near-lossless H.264: the control signal is what VACE follows
 AUDIO_RATE = 16000                    # wav2vec2's rate: S2V resamples to it anyway (pipeline_wan2_2_s2v.py:850-856)
@@ -145,7 +147,8 @@ def control_video_from_frames(frames: Any, fps: float = 16.0) -> ControlVideo:
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         stream.options = {"crf": str(CONTROL_CRF), "preset": "fast"}
         for index in range(count):
-            frame = av.VideoFrame.from_ndarray(_uint8_rgb(np.asarray(arr[index])), format="rgb24")
+            frame = av.VideoFrame.from_ndarray(uint8_rgb(np.asarray(arr[index]), "The control video", "control_video"),
+                                               format="rgb24")
             for packet in stream.encode(frame):
                 container.mux(packet)
             if out.tell() > CONTROL_VIDEO_MAX_BYTES:
@@ -214,21 +217,29 @@ def reference_image(image: Any, width: int, height: int) -> ReferenceImage:
         raise LauncherError(f"A reference image has shape {tuple(np.asarray(image).shape)}",
                             "each reference must be one RGB image [H, W, 3]",
                             "connect an IMAGE (e.g. Load Image) to 'reference_images'", setting="reference_images")
-    picture = Image.fromarray(_uint8_rgb(arr)).resize((int(width), int(height)), Image.Resampling.LANCZOS)
+    check_image_pixels(arr.shape[1], arr.shape[0], "A reference image", "reference_images", f"{width}x{height}")
+    picture = Image.fromarray(uint8_rgb(arr, "A reference image", "reference_images")).resize(
+        (int(width), int(height)), Image.Resampling.LANCZOS)
     out = io.BytesIO()
     picture.save(out, format="JPEG", quality=92)
     return ReferenceImage(int(width), int(height), out.getvalue())
+
+
+def check_reference_count(count: int, name: str = "reference_images") -> None:
+    """The one cap on reference images, checked before any is read or encoded; `name` is the surface's
+    word for them (the node input, the CLI's --reference-image)."""
+    if count > MAX_REFERENCE_IMAGES:
+        raise LauncherError(f"{count} reference images were given",
+                            f"VACE takes at most {MAX_REFERENCE_IMAGES} here: they travel in one form field "
+                            "of at most 1 MiB", f"pass at most {MAX_REFERENCE_IMAGES} images as {name}",
+                            setting=name)
 
 
 def reference_images_from_batch(batch: Any, width: int, height: int) -> tuple[ReferenceImage, ...]:
     """Every image of an IMAGE batch [N, H, W, 3] as a reference, N checked before any is encoded."""
     shape = tuple(int(s) for s in getattr(batch, "shape", np.shape(batch)))
     count = shape[0] if len(shape) == 4 else 1
-    if count > MAX_REFERENCE_IMAGES:
-        raise LauncherError(f"{count} reference images were given",
-                            f"VACE takes at most {MAX_REFERENCE_IMAGES} here: they travel in one form field "
-                            "of at most 1 MiB", f"pass at most {MAX_REFERENCE_IMAGES} images",
-                            setting="reference_images")
+    check_reference_count(count)
     if len(shape) != 4:
         return (reference_image(batch, width, height),)
     return tuple(reference_image(batch[i], width, height) for i in range(count))
@@ -302,26 +313,16 @@ def _check_audio_seconds(seconds: float) -> None:
             f"trim the audio to {MAX_AUDIO_S:g} s or less", setting="audio")
 
 
-def s2v_output_frames(frames_per_clip: int, audio_seconds: float) -> tuple[int, int]:
+def s2v_output_frames(frames_per_clip: int, audio_seconds: float, fps: float) -> tuple[int, int]:
     """The frame counts an S2V clip may have: one `frames_per_clip` clip per started
-    frames_per_clip/16 s of audio, less the 3 frames upstream drops from the first
-    (pipeline_wan2_2_s2v.py:157-219, 1486-1490); one clip either side for rounding of the
-    audio's length."""
-    clips = max(1, math.ceil(audio_seconds * 16.0 / frames_per_clip))
+    frames_per_clip/fps s of audio (`fps`: the family's, which S2V cannot change), less the 3
+    frames upstream drops from the first (pipeline_wan2_2_s2v.py:157-219, 1486-1490); one clip
+    either side for rounding of the audio's length."""
+    clips = max(1, math.ceil(audio_seconds * fps / frames_per_clip))
     return max(1, (clips - 1) * frames_per_clip - 3), (clips + 1) * frames_per_clip
 
 
 # ----------------------------------------------------------------------------- shared
-def _uint8_rgb(arr: np.ndarray) -> np.ndarray:
-    if arr.ndim == 3 and arr.shape[2] == 4:
-        arr = arr[:, :, :3]
-    if arr.dtype == np.uint8:
-        return np.ascontiguousarray(arr)
-    if arr.dtype.kind == "f":
-        return np.clip(np.nan_to_num(arr.astype(np.float32, copy=False)) * 255.0 + 0.5, 0, 255).astype(np.uint8)
-    return np.clip(arr, 0, 255).astype(np.uint8)
-
-
 def _import_av() -> Any:
     from .frames import _import_av as import_av  # noqa: PLC0415 (one owner of the PyAV import message)
 

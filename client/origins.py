@@ -17,11 +17,14 @@ from urllib.parse import urlsplit
 
 from ..errors import LauncherError
 from ..errors.config_names import REMOTE_KEY_VAR, REMOTE_URL_VAR, config_file_path
-from ..errors.redact import mask_url_password
+from ..errors.redact import mask_url_password, untrusted_text
 from .hosts import numeric_ipv4
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
-_LABEL = r"[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?"
+URL_SHOWN = 200                     # characters of a refused URL an error shows
+URL_SCAN = 1024                     # longest URL an error quotes at all (a server's is far shorter)
+_LABEL = r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?"     # DNS: at most 63 characters a label
+HOST_MAX = 253                                            # ... and 253 a name (urllib3 raises its own error beyond)
 _HOSTNAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
 
 
@@ -34,6 +37,8 @@ def origin(url: str) -> str:
     Path, query and fragment are ignored. A URL with a user name or password, no http(s)
     scheme, or no valid host raises LauncherError(setting="url")."""
     text = url.strip() if isinstance(url, str) else ""
+    if len(text) > URL_SCAN:        # before any part of it is quoted in a reason below
+        raise _bad_url(url, f"it is {len(text)} characters long, far more than a server's URL")
     if not text or any(ch.isspace() or not ch.isprintable() for ch in text):
         raise _bad_url(url, "it is empty or contains spaces or control characters")
     try:
@@ -84,13 +89,19 @@ def _split_host_port(url: str, netloc: str) -> tuple[str, str]:
             return str(ipaddress.IPv4Address(host)), port_text
         except ValueError as exc:
             raise _bad_url(url, f"'{host}' is not a valid IPv4 address") from exc
-    if not _HOSTNAME.fullmatch(host):
+    if len(host) > HOST_MAX or not _HOSTNAME.fullmatch(host):
         raise _bad_url(url, f"'{host}' is not a valid host name" if host else "it has no host")
     return host, port_text
 
 
 def _bad_url(url: object, why: str) -> LauncherError:
-    return LauncherError(f"'{mask_url_password(str(url))[:200]}' is not a usable server URL", why,
+    """A workflow's url widget, refused: shown password-masked, without escapes or invisible
+    characters, and cut; one longer than URL_SCAN only by its length (no server's URL is that
+    long, so such a text is not worth quoting)."""
+    text = str(url)
+    subject = (f"'{untrusted_text(mask_url_password(text), URL_SHOWN)}'" if len(text) <= URL_SCAN
+               else f"A URL of {len(text)} characters")
+    return LauncherError(f"{subject} is not a usable server URL", why,
                          "write the server's origin like http://gpu-box:8091 or https://[::1]:8443",
                          setting="url", kind="config")
 

@@ -24,6 +24,7 @@ from typing import Any, Optional
 from ..errors import LauncherError
 from .bounds import ClipBounds, bounds_for
 from .media import AudioClip, ControlVideo, ReferenceImage, reference_images_value
+from .request_fields import REQUEST_FIELDS
 
 
 SAMPLERS = ("unipc", "euler")
@@ -256,9 +257,8 @@ def _check_fps(fps: Any, server_version: tuple[int, int]) -> str:
 
 
 # Numeric fields and the setting (widget / flag) each one comes from.
-_WHOLE_FIELDS = {"width": "width", "height": "height", "num_frames": "frames", "steps": "steps", "seed": "seed"}
-_REAL_FIELDS = {"fps": "fps", "guidance": "guidance", "guidance_2": "guidance_2", "boundary_ratio": "boundary_ratio",
-                "flow_shift": "flow_shift"}
+_WHOLE_FIELDS = {f.attribute: f.name for f in REQUEST_FIELDS.values() if f.kind is int}
+_REAL_FIELDS = {f.attribute: f.name for f in REQUEST_FIELDS.values() if f.kind is float}
 
 
 def _real(value: Any, setting: str) -> Optional[float]:

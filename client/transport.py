@@ -42,10 +42,11 @@ from typing import Any, Callable, Mapping, Optional, Protocol
 import requests
 import urllib3
 
+from ..errors.config_names import env_var
 from .abortable import AbortableAdapter, Attempt, run_try
 from .hosts import is_loopback_url
-from .http_errors import (RETRY_STATUSES, deadline_error, http_error, not_sent, redact, too_large_error,
-                          unreachable_error)
+from .exchange_errors import deadline_error, not_sent, redact, too_large_error, unreachable_error
+from .http_errors import RETRY_STATUSES, http_error
 
 log = logging.getLogger(__name__)
 
@@ -169,19 +170,22 @@ def env_proxy_note(environ: Mapping[str, str]) -> str:
         return ""
     return (f"; the environment sets {found[0]}, which the launcher never uses (it reads neither proxy variables "
             "nor ~/.netrc): if this server is reached through a proxy, set remote_proxy in the launcher config "
-            "(VLLM_OMNI_LAUNCHER_REMOTE_PROXY)")
+            f"({env_var('remote_proxy')})")
 
 
 class Transport:
     """One server's session: retries, deadlines and cancel for every call. Holds the key; never shows it.
 
     proxy: the local config's `remote_proxy` (an http(s):// URL), used unless the server is on
-    loopback; nothing is ever taken from the environment (see the module docstring)."""
+    loopback; nothing is ever taken from the environment (see the module docstring). supervised:
+    this launcher started the server (a refused connection is then explained as such, not as a
+    server the user must start)."""
 
     def __init__(self, base_url: str, api_key: Optional[str] = None, *, deadlines: Deadlines = Deadlines(),
                  retry: RetryPolicy = RetryPolicy(), proxy: Optional[str] = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, supervised: bool = False) -> None:
         self.base_url = base_url.rstrip("/")
+        self.supervised = supervised
         self._key = api_key or None
         self.deadlines = deadlines
         self.retry = retry
@@ -252,7 +256,7 @@ class Transport:
             except requests.exceptions.RequestException as exc:
                 if last or not (idempotent or not_sent(exc)) or isinstance(exc, requests.exceptions.InvalidURL):
                     raise unreachable_error(self.base_url, exc, self._key, tries=attempt,
-                                            note=self._unreachable_note) from None
+                                            note=self._unreachable_note, supervised=self.supervised) from None
                 wait = delays[attempt - 1]
                 log.debug("%s %s: %s; retry %d in %.2fs", method, path, type(exc).__name__, attempt, wait)
             except _DeadlinePassed as exc:

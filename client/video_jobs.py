@@ -59,9 +59,10 @@ class VideoJobs:
         except LauncherError:
             return False
 
-    def models(self) -> list[str]:
+    def models(self, should_cancel: Optional[Callable[[], bool]] = None) -> list[str]:
         """Served model names from GET /v1/models."""
-        reply = self._http.request("GET", "/v1/models", what="Listing the served models")
+        reply = self._http.request("GET", "/v1/models", what="Listing the served models",
+                                   should_cancel=should_cancel)
         return model_ids(parse_body(reply.text)) or []
 
     def submit(self, req: VideoRequest, server_version: tuple[int, ...],

@@ -3,7 +3,8 @@
 The log watcher (is this line an out-of-memory error during a job?), the failure
 classifier (why did the server exit?) and the HTTP client (why did this job fail?) all
 recognise the same upstream texts; they import them from here so a new torch or vLLM
-wording is taught in one place.
+wording is taught in one place. Each layer decides what a match means to its user; only the
+wording lives here.
 """
 from __future__ import annotations
 
@@ -48,6 +49,54 @@ WAN_VAE_CONFIG_MISSING = re.compile(re.escape(WAN_VAE_CONFIG_REPO) + r" does not
                                     r"config\.json")
 # upstream only warns when vllm and vllm-omni of different major.minor are installed together
 VERSION_MISMATCH = re.compile(r"mismatched major/minor versions")
+
+# ---- why a server exited (server/logs/failures.py's rules, in the order it tries them) ----------------------
+# vllm's `serve --omni` without the vllm_omni package
+OMNI_MISSING = re.compile(r"--omni flag requires a valid instance of vllm-omni")
+# vLLM-Omni's stage check: group 1 the GPUs the parallel world needs, group 2 those visible
+DEVICES_SHORT = re.compile(r"Stage \d+ requires (\d+) device\(s\)[^\n]*?but (\d+) device\(s\) are available")
+# huggingface_hub on a gated or private repo without a token that may read it
+GATED_REPO = re.compile(r"Access to model .* is restricted|GatedRepoError|Cannot access gated repo")
+# no such repo, an incomplete folder, or a repo that is not a Diffusers pipeline vLLM-Omni knows
+MODEL_NOT_FOUND = re.compile(
+    r"RepositoryNotFoundError|Repository Not Found|is not a local folder and is not a valid model identifier|"
+    r"did not resolve to a registered Omni pipeline|LocalEntryNotFoundError|"
+    r"model_index\.json[^\n]*(?:not found|No such file)|No such file or directory[^\n]*model_index\.json|"
+    r"requires an explicit model")
+# uvicorn's bind of a taken port (EADDRINUSE is errno 98 on Linux)
+PORT_IN_USE = re.compile(r"Address already in use|\[Errno 98\]")
+NCCL_ERROR = re.compile(r"NCCL error|ncclInternalError|ncclUnhandledCudaError|ncclSystemError|ncclInvalidUsage|"
+                        r"ProcessGroupNCCL[^\n]*(?:[Tt]imeout|[Ee]rror)|NCCL WARN[^\n]*(?:failed|error)")
+# argparse's refusals of a flag or value (the whole line, which names it)
+BAD_ARGS = re.compile(r"error: unrecognized arguments: [^\n]*|error: argument [^\n]*invalid choice[^\n]*|"
+                      r"error: argument [^\n]*expected [^\n]*")
+# only as a traceback's last line: servers log benign "No module named 'flashinfer'" warnings
+IMPORT_ERROR = re.compile(r"^(?:" + PID_PREFIX + r")?(?:ModuleNotFoundError|ImportError): [^\n]*", re.M)
+# vLLM-Omni's own refusals of a parallel / compile / runtime combination (the whole line)
+CONFIG_REFUSED = re.compile(r"HSDP \(FSDP2\) is not compatible with TP[^\n]*|diffusion_compile_granularity='full' "
+                            r"is incompatible[^\n]*|step_execution=True requires a pipeline[^\n]*|"
+                            r"Unknown diffusion config field[^\n]*")
+
+# ---- why a job failed (a failed job's error message; client/http_errors.py) -----------------------------------
+# pipeline_wan2_2_i2v.py: "No image is provided. This model requires an image to run."
+NO_IMAGE = re.compile(r"no image is provided", re.IGNORECASE)
+# I2V's "`height` and `width` have to be divisible by 16 but are ..." and S2V's "... must be divisible by N,
+# got ..." (not the transformer's "dim (...) must be divisible by num_heads", which names neither)
+SIZE_NOT_DIVISIBLE = re.compile(r"(?:height|width)[^\n]*divisible by|divisible by[^\n]*(?:height|width)",
+                                re.IGNORECASE)
+# vllm's EngineDeadError ("EngineCore encountered an issue. See stack trace (above) ..."): the worker died
+ENGINE_DEAD = re.compile(r"engine\s*dead|engine\s*core", re.IGNORECASE)
+
+# ---- why the server refused a call (an HTTP error answer's message; client/http_errors.py) ---------------------
+# GET /v1/videos/{id}/content of a failed job, HTTP 422: "Video generation failed. Check job status for error details."
+CONTENT_OF_FAILED_JOB = re.compile(r"generation failed", re.IGNORECASE)
+# "Model mismatch: request specifies 'X' but server is running 'Y'." (400)
+MODEL_MISMATCH = re.compile(r"model mismatch", re.IGNORECASE)
+# a 404 about the model rather than the route (vLLM: "The model `X` does not exist.")
+MODEL_UNKNOWN = re.compile(r"model", re.IGNORECASE)
+# 409: "... is not supported with --api-server-count > 1 because the operation uses process-local frontend
+# state", or "... require a single API worker ..."
+API_SERVER_COUNT = re.compile(r"api-server-count|single api|api server", re.IGNORECASE)
 
 
 def is_oom(text: str) -> bool:

@@ -20,8 +20,15 @@ MASK = "***"
 # VLLM_API_KEY, PGPASSWORD, GOOGLE_APPLICATION_CREDENTIALS...). Over-masking is harmless.
 SECRET_NAME_PARTS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
 
-# user:password@ inside a URL value (HTTPS_PROXY=http://me:pw@proxy:3128).
-_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*):[^@\s/]*@")
+# user:password@ inside a URL value (HTTPS_PROXY=http://me:pw@proxy:3128). Linear in the text's
+# length (a server's error body is not ours to bound), by construction: a match may start only where
+# a run of scheme characters starts (the lookbehind), so each run is scanned from one place, not from
+# each of its characters (which made 30k letters take seconds); the scheme is then the run itself,
+# needing a letter somewhere (the head is kept as it is, so where in the run the scheme begins does
+# not matter). After "://", user and password stop at '/', and the next URL's "://" holds one, so the
+# parts that each start scans do not overlap either.
+_URL_PASSWORD = re.compile(
+    r"(?<![A-Za-z0-9+.-])(?P<head>[0-9+.-]*[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*):[^@\s/]*@")
 
 # ANSI/VT escape sequences: CSI (ESC [ or the 8-bit \x9b, then parameters and a final byte),
 # OSC (ESC ] ... BEL or ESC \), and any other ESC X pair.

@@ -4,7 +4,8 @@ Upstream vLLM-Omni silently rewrites bad request values (frames to 4k+1, sizes f
 fails the job late (I2V sizes, missing media). We keep the rules here, once, so the spec, the
 planner, the client and the nodes agree and can tell the user the nearest valid value before
 a GPU minute is spent. The families themselves (identity, shape, defaults, local folders) are
-models/families.py's; they are re-exported here so callers import the model layer from one place.
+models/families.py's, which inputs each takes models/inputs.py's, and the numeric fields' ranges
+client/request_fields.py's; they are re-exported here so callers import the model layer from one place.
 """
 from __future__ import annotations
 
@@ -12,17 +13,20 @@ import math
 import numbers
 from typing import TYPE_CHECKING, Optional
 
+from ..client.request_fields import REQUEST_FIELDS, SEED, RequestField
 from ..errors import LauncherError
 from .families import (ALL_FAMILIES, FAMILIES, LOCAL_PREFIX, PIPELINE_FAMILIES, LocalModel, WanFamily,
                        family_for, family_of_folder, find_local_models, is_s2v_original)
+from .inputs import NODE_WORDS, InputWords, check_inputs, inputs_taken
 
 if TYPE_CHECKING:
     from ..client.media import AudioClip, ControlVideo, ReferenceImage
     from ..client.request import VideoRequest
 
-__all__ = ["ALL_FAMILIES", "FAMILIES", "LOCAL_PREFIX", "PIPELINE_FAMILIES", "S2V_FRAMES_PER_CLIP_MAX", "LocalModel",
-           "WanFamily", "check_media", "check_request", "family_for", "family_of_folder", "find_local_models",
-           "guidance_as_sent", "is_s2v_original", "nearest_frames", "request_for"]
+__all__ = ["ALL_FAMILIES", "FAMILIES", "LOCAL_PREFIX", "NODE_WORDS", "PIPELINE_FAMILIES", "REQUEST_FIELDS",
+           "S2V_FRAMES_PER_CLIP_MAX", "SEED", "InputWords", "LocalModel", "RequestField", "WanFamily", "check_inputs",
+           "check_request", "family_for", "family_of_folder", "find_local_models", "guidance_as_sent", "inputs_taken",
+           "is_s2v_original", "nearest_frames", "request_for"]
 
 
 S2V_FRAMES_PER_CLIP_MAX = 120    # per-clip frames (memory grows with them; upstream's default is 80)
@@ -35,7 +39,8 @@ def nearest_frames(frames: int) -> int:
 
 
 def check_request(family: WanFamily, *, width: int, height: int, frames: int, has_image: bool) -> None:
-    """Refuse request shapes upstream would rewrite silently or fail late, naming the fix."""
+    """Refuse request shapes upstream would rewrite silently or fail late, naming the fix, and a start
+    image the model cannot take or lacks (`has_image`; models/inputs.py's rule)."""
     m = family.size_multiple
     for name, value in (("width", width), ("height", height)):
         if value % m or value <= 0:
@@ -49,33 +54,14 @@ def check_request(family: WanFamily, *, width: int, height: int, frames: int, ha
             )
     if family.pipeline == "s2v":
         _check_s2v_frames(frames)
-        if not has_image:
-            raise LauncherError(
-                f"{family.label} needs a reference image",
-                "speech-to-video animates the person in one image; upstream fails the job with 'No reference "
-                "image provided'", "connect an IMAGE (the face or portrait) to the 'image' input", setting="image")
-        return
-    if frames < 1 or (frames - 1) % 4:
+    elif frames < 1 or (frames - 1) % 4:
         raise LauncherError(
             f"frames {frames} is not valid for Wan2.2",
             "the frame count must be 4k+1 (Wan's VAE packs 4 frames per latent after the first)",
             f"set frames to {nearest_frames(frames)}",
             setting="frames",
         )
-    if family.image_input == "required" and not has_image:
-        raise LauncherError(
-            f"{family.label} needs a start image",
-            "it is an image-to-video model; upstream fails the job with 'No image is provided'",
-            "connect an IMAGE to the 'image' input, or load T2V-A14B / TI2V-5B for text-only video",
-            setting="image",
-        )
-    if family.image_input == "none" and has_image:
-        raise LauncherError(
-            f"{family.label} ignores images",
-            "the T2V-A14B pipeline runs text-to-video only, so the image would be dropped silently",
-            "disconnect the image, or load I2V-A14B or TI2V-5B for image-to-video",
-            setting="image",
-        )
+    check_inputs(family, ("image",) if has_image else (), known=("image",))
 
 
 def _check_s2v_frames(frames: int) -> None:
@@ -88,34 +74,11 @@ def _check_s2v_frames(frames: int) -> None:
             f"set frames to {near}", setting="frames")
 
 
-def check_media(family: WanFamily, *, width: int, height: int, frames: int, control_video: Optional["ControlVideo"],
-                reference_images: tuple["ReferenceImage", ...], audio: Optional["AudioClip"]) -> None:
-    """Refuse media the family cannot take, or that does not fit the request, before it is sent
-    (docs/wan-pipelines.md, sections 3-4: what VACE and S2V do with a mismatched input)."""
-    given = [name for name, on in (("control_video", control_video), ("reference_images", reference_images),
-                                   ("audio", audio)) if on]
-    takes = {"vace": ("control_video", "reference_images"), "s2v": ("audio",)}.get(family.pipeline, ())
-    for name in given:
-        if name not in takes:
-            raise LauncherError(
-                f"{family.label} does not take {name.replace('_', ' ')}",
-                "only VACE models take a control video or reference images, and only S2V takes audio",
-                f"disconnect '{name}', or load " + ("Wan2.1 VACE" if name != "audio" else "Wan2.2 S2V-14B"),
-                setting=name)
-    if family.pipeline == "s2v" and audio is None:
-        raise LauncherError(f"{family.label} needs audio", "speech-to-video follows the audio (upstream fails "
-                            "the job with 'No audio provided')", "connect an AUDIO (e.g. Load Audio) to 'audio'",
-                            setting="audio")
-    from ..client.media import check_fits   # lazy, as for VideoRequest
-
-    check_fits(width=width, height=height, frames=frames, control_video=control_video,
-               reference_images=reference_images)
-
-
 # ----------------------------------------------------------------------------- requests
-def _check_number(name: str, value: object, whole: bool) -> None:
-    """A request value must be None or a finite number (a whole one for `whole`): NaN, inf, text
+def _check_number(field: RequestField, value: object) -> None:
+    """A request value must be None or a finite number (a whole one for an int field): NaN, inf, text
     and lists would reach the server as "nan" or fail deep inside the launcher."""
+    whole = field.kind is int
     if value is None:
         return
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
@@ -123,12 +86,30 @@ def _check_number(name: str, value: object, whole: bool) -> None:
     if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) \
             and (not whole or float(value).is_integer()):
         return
+    name = field.name
     shown = f"the number {value}" if isinstance(value, float) else f"a value of type {type(value).__name__}"
     number = "a whole number" if whole else "a finite number"
-    marker = "" if name == "seed" else (" (0 for the model's recommended value)" if whole or name == "fps" else
-                                        " (-1 for the model's recommended value)")
+    marker = "" if field.marker is None else f" ({field.shown(field.marker)} for the model's recommended value)"
     raise LauncherError(f"{name} is not valid: it is {shown}", f"{name} takes {number}",
                         f"set {name} to {number}{marker}", setting=name)
+
+
+def _check_ranges(**values: Optional[float]) -> None:
+    """Refuse a value the request would send outside its field's range (client/request_fields.py):
+    upstream refuses it only after the job is queued, in its own words, and a size or frame count
+    beyond the launcher's range would fail late on the GPU."""
+    for name, value in values.items():
+        field = REQUEST_FIELDS[name]
+        broken = None if value is None else field.refusal(value)
+        if broken is None:
+            continue
+        near = field.low if value < field.low else field.high
+        whose = "vLLM-Omni's" if near in field.upstream else "the launcher's"
+        marker = "" if field.marker is None else \
+            f" ({field.shown(field.marker)} on the node for the model's recommended value)"
+        raise LauncherError(f"{name} {field.shown(value)} is out of range",
+                            f"{name} is {field.what} and must be {broken} ({whose} limit)",
+                            f"set {name} to {field.shown(near)}{marker}", setting=name)
 
 
 def request_for(family: WanFamily, *, prompt: str, negative_prompt: Optional[str] = None,
@@ -160,42 +141,47 @@ def request_for(family: WanFamily, *, prompt: str, negative_prompt: Optional[str
     if not (prompt or "").strip():
         raise LauncherError("The prompt is empty", "vLLM-Omni requires a prompt for Wan2.2",
                             "write a prompt", setting="prompt")
-    for name, value, whole in (("width", width, True), ("height", height, True), ("frames", frames, True),
-                               ("fps", fps, False), ("steps", steps, True), ("guidance", guidance, False),
-                               ("guidance_2", guidance_2, False), ("boundary_ratio", boundary_ratio, False),
-                               ("flow_shift", flow_shift, False), ("seed", seed, True)):
-        _check_number(name, value, whole)
+    given = {"width": width, "height": height, "frames": frames, "fps": fps, "steps": steps, "guidance": guidance,
+             "guidance_2": guidance_2, "boundary_ratio": boundary_ratio, "flow_shift": flow_shift, "seed": seed}
+    for name, value in given.items():
+        _check_number(REQUEST_FIELDS[name], value)
 
     def positive(value: Optional[float], default: float) -> float:
         return default if value is None or value <= 0 else value
 
-    def given(value: Optional[float], default: float) -> float:
-        return default if value is None or value < 0 else value
-
     width, height = positive(width, family.width), positive(height, family.height)
     frames = positive(frames, family.frames)
-    check_request(family, width=width, height=height, frames=frames, has_image=image_png is not None)
+    _check_ranges(width=width, height=height, frames=frames)
     reference_images = tuple(reference_images)
-    check_media(family, width=width, height=height, frames=frames, control_video=control_video,
-                reference_images=reference_images, audio=audio)
+    check_inputs(family, [name for name, on in (("image", image_png is not None), ("control_video", control_video),
+                                                ("reference_images", reference_images), ("audio", audio)) if on],
+                 references=len(reference_images))
+    check_request(family, width=width, height=height, frames=frames, has_image=image_png is not None)
+    from ..client.media import check_fits   # lazy, as for VideoRequest
+
+    check_fits(width=width, height=height, frames=frames, control_video=control_video,
+               reference_images=reference_images)
     two = family.experts == 2
     if family.pipeline == "dmd":
         _check_distilled(family, steps, guidance)
-    guidance, guidance_2 = guidance_as_sent(family, guidance, guidance_2)
+    sent = dict(zip(("guidance", "guidance_2"), guidance_as_sent(family, guidance, guidance_2)),
+                fps=positive(fps, family.fps), steps=positive(steps, family.steps),
+                boundary_ratio=_given(boundary_ratio, family.boundary_ratio) if two else None,
+                flow_shift=_given(flow_shift, family.flow_shift) if family.pipeline == "wan" else None, seed=seed)
+    _check_ranges(**sent)
     request = VideoRequest(
         prompt=prompt, negative_prompt=negative_prompt or None, width=width, height=height, num_frames=frames,
-        fps=positive(fps, family.fps), steps=positive(steps, family.steps), guidance=guidance, guidance_2=guidance_2,
-        boundary_ratio=given(boundary_ratio, family.boundary_ratio) if two else None,
-        flow_shift=given(flow_shift, family.flow_shift) if family.pipeline == "wan" else None,
-        seed=seed, image_png=image_png,
+        image_png=image_png, **sent,
         control_video=control_video, reference_images=reference_images, audio=audio)
     if family.pipeline == "s2v" and audio is not None:
         from ..client.media import s2v_output_frames
 
-        if request.fps != 16:     # S2V makes 16 fps (S2V_OUTPUT_FPS); another MP4 rate desyncs the audio
-            raise LauncherError(f"fps {request.fps:g} is not possible for {family.label}", "it generates 16 "
-                                "frames a second to match the audio", "set fps to 16 (0 on the node)", setting="fps")
-        request.output_frames = s2v_output_frames(frames, audio.seconds)
+        # S2V's fps is fixed (upstream's S2V_OUTPUT_FPS, pipeline_wan2_2_s2v.py:74); another MP4 rate desyncs the audio
+        if request.fps != family.fps:
+            raise LauncherError(f"fps {request.fps:g} is not possible for {family.label}",
+                                f"it generates {family.fps:g} frames a second to match the audio",
+                                f"set fps to {family.fps:g} (0 on the node)", setting="fps")
+        request.output_frames = s2v_output_frames(frames, audio.seconds, family.fps)
     return request
 
 
@@ -204,9 +190,12 @@ def guidance_as_sent(family: WanFamily, guidance: Optional[float] = None,
     """(guidance, guidance_2) as a request sends them (None / a negative marker: the model's value;
     guidance_2 only for the two-expert A14B), without the request's other checks: what the launch
     plan needs to know whether jobs run CFG before their media exist."""
-    def given(value: Optional[float], default: float) -> float:
-        return default if value is None or value < 0 else value
-    return given(guidance, family.guidance), (given(guidance_2, family.guidance_2) if family.experts == 2 else None)
+    return _given(guidance, family.guidance), (_given(guidance_2, family.guidance_2) if family.experts == 2 else None)
+
+
+def _given(value: Optional[float], default: float) -> float:
+    """A value where 0 is real: None or a negative marker (the node widgets' -1) takes the model's `default`."""
+    return default if value is None or value < 0 else value
 
 
 def _check_distilled(family: WanFamily, steps: Optional[int], guidance: Optional[float]) -> None:

@@ -55,6 +55,17 @@ class WanFamily:
     # The vLLM-Omni lines on which the planner's memory estimate for this family was checked against a
     # real server's GPU peaks (planner/calibration.py says with what); a plan for another line says so.
     memory_measured_on: tuple[tuple[int, int], ...] = ((0, 26), (0, 30))
+    # The rest of the DiT's shape (its transformer config.json), for the memory plan; the defaults are
+    # the Wan 14B DiT's. `vace_blocks`: VACE's `vace_layers`, whose hints the forward holds all at once.
+    head_dim: int = 128
+    ffn_dim: int = 13824
+    dit_in_channels: int = 16
+    vace_blocks: int = 0
+    # The DiT takes a timestep per token (TI2V-5B's `expand_timesteps`), so it holds a per-token
+    # modulation the planner counts.
+    expand_timesteps: bool = False
+    # The repo's download (bf16 weights, as the README states), GB; 0 where the launcher states none.
+    download_gb: int = 0
 
 
 FAMILIES: dict[str, WanFamily] = {
@@ -62,13 +73,14 @@ FAMILIES: dict[str, WanFamily] = {
     for f in (
         WanFamily("t2v_a14b", "Wan2.2 T2V-A14B", "Wan-AI/Wan2.2-T2V-A14B-Diffusers", "WanPipeline",
                   40, 40, 14.29, 2, 16, 8, 16, "none",
-                  832, 480, 81, 16.0, 40, 4.0, 3.0, 0.875, 12.0),
+                  832, 480, 81, 16.0, 40, 4.0, 3.0, 0.875, 12.0, download_gb=65),
         WanFamily("i2v_a14b", "Wan2.2 I2V-A14B", "Wan-AI/Wan2.2-I2V-A14B-Diffusers", "WanImageToVideoPipeline",
                   40, 40, 14.29, 2, 16, 8, 16, "required",
-                  832, 480, 81, 16.0, 40, 3.5, 3.5, 0.9, 5.0),
+                  832, 480, 81, 16.0, 40, 3.5, 3.5, 0.9, 5.0, dit_in_channels=36),
         WanFamily("ti2v_5b", "Wan2.2 TI2V-5B", "Wan-AI/Wan2.2-TI2V-5B-Diffusers", "WanPipeline",
                   24, 30, 5.0, 1, 32, 16, 48, "optional",
-                  1280, 704, 121, 24.0, 50, 5.0, 5.0, 0.875, 5.0),
+                  1280, 704, 121, 24.0, 50, 5.0, 5.0, 0.875, 5.0,
+                  ffn_dim=14336, dit_in_channels=48, expand_timesteps=True, download_gb=23),
     )
 }
 
@@ -82,10 +94,12 @@ PIPELINE_FAMILIES: dict[str, WanFamily] = {
     for f in (
         WanFamily("vace_14b", "Wan2.1 VACE-14B", "Wan-AI/Wan2.1-VACE-14B-diffusers", "WanVACEPipeline",
                   40, 40, 17.34, 1, 16, 8, 16, "none",
-                  832, 480, 81, 16.0, 50, 5.0, 5.0, 0.875, 3.0, pipeline="vace", memory_measured_on=((0, 30),)),
+                  832, 480, 81, 16.0, 50, 5.0, 5.0, 0.875, 3.0, pipeline="vace", memory_measured_on=((0, 30),),
+                  vace_blocks=8),
         WanFamily("vace_1_3b", "Wan2.1 VACE-1.3B", "Wan-AI/Wan2.1-VACE-1.3B-diffusers", "WanVACEPipeline",
                   12, 30, 2.15, 1, 16, 8, 16, "none",
-                  832, 480, 81, 16.0, 50, 5.0, 5.0, 0.875, 3.0, pipeline="vace", memory_measured_on=((0, 30),)),
+                  832, 480, 81, 16.0, 50, 5.0, 5.0, 0.875, 3.0, pipeline="vace", memory_measured_on=((0, 30),),
+                  ffn_dim=8960, vace_blocks=15),
         WanFamily("s2v_14b", "Wan2.2 S2V-14B", "Wan-AI/Wan2.2-S2V-14B", "WanS2VPipeline",
                   40, 40, 16.30, 1, 16, 8, 16, "required",
                   832, 448, 80, 16.0, 40, 4.5, 4.5, 0.875, 3.0, pipeline="s2v",
@@ -93,7 +107,7 @@ PIPELINE_FAMILIES: dict[str, WanFamily] = {
         WanFamily("fastwan_ti2v_5b", "FastWan2.2 TI2V-5B (3 steps)", "FastVideo/FastWan2.2-TI2V-5B-FullAttn-Diffusers",
                   "WanDMDPipeline", 24, 30, 5.0, 1, 32, 16, 48, "none",
                   1280, 704, 121, 24.0, 3, 1.0, 1.0, 0.875, 8.0, pipeline="dmd", min_version=(0, 30),
-                  memory_measured_on=((0, 30),)),
+                  memory_measured_on=((0, 30),), ffn_dim=14336, dit_in_channels=48, expand_timesteps=True),
     )
 }
 ALL_FAMILIES: dict[str, WanFamily] = {**FAMILIES, **PIPELINE_FAMILIES}
@@ -107,8 +121,12 @@ def family_for(model: str) -> WanFamily:
     A local folder is recognised from its own `model_index.json` (as upstream does), so a
     renamed or fine-tuned copy works; an HF id must be one of the three Wan2.2 repos.
     """
-    path = Path(model).expanduser()
-    if path.is_dir():
+    try:        # a server's /v1/models id comes here too: "~nobody/x" or a 5000-character name is no folder
+        path = Path(model).expanduser()
+        folder = path.is_dir()
+    except (OSError, RuntimeError, ValueError):
+        path, folder = Path(model), False
+    if folder:
         return family_of_folder(path)
     family = _BY_HF_ID.get(model.strip().lower())
     if family is None:
@@ -175,13 +193,14 @@ def _pipeline_family_of_folder(path: Path, cls: str) -> Optional[WanFamily]:
         config = json.loads((path / "transformer" / "config.json").read_text())
     except (OSError, ValueError):
         config = {}
+    small, fastwan = PIPELINE_FAMILIES["vace_1_3b"], PIPELINE_FAMILIES["fastwan_ti2v_5b"]
     if cls == "WanVACEPipeline":
-        return PIPELINE_FAMILIES["vace_1_3b" if config.get("num_layers") == 30 and
-                                 config.get("num_attention_heads") == 12 else "vace_14b"]
+        return small if (config.get("num_layers"), config.get("num_attention_heads")) == (
+            small.layers, small.attention_heads) else PIPELINE_FAMILIES["vace_14b"]
     if cls == "WanS2VPipeline":
         return PIPELINE_FAMILIES["s2v_14b"]
-    if cls == "WanDMDPipeline" and config.get("in_channels") == 48:
-        return PIPELINE_FAMILIES["fastwan_ti2v_5b"]
+    if cls == fastwan.pipeline_class and config.get("in_channels") == fastwan.dit_in_channels:
+        return fastwan
     if cls in ("WanDMDPipeline", "WanT2VDMD2Pipeline", "WanI2VDMD2Pipeline"):
         raise LauncherError(
             f"'{path}' holds a {cls} model the launcher has no shape for",

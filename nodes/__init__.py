@@ -18,7 +18,7 @@ How to add a V3 node here:
    released node go last and `optional=True` with a default.
 2. Append it to `NODES` below. Nothing else: the V3 class, its input checks (schema.check_inputs)
    and the combo validation at /prompt come from the declaration.
-3. Tests: tests/unit/test_nodes_unit.py (schema, tooltips) and test_workflow_values.py (every
+3. Tests: tests/unit/test_node_tooltips_and_report_text.py (schema, tooltips) and test_workflow_values.py (every
    input refuses wrong values) cover every node of `NODES`; tests/comfyui runs them in ComfyUI.
 """
 from __future__ import annotations
@@ -40,8 +40,9 @@ def comfy_entrypoint() -> Any:
     """ComfyUI's V3 entry point: the extension with every node (v3.py). On a ComfyUI without the
     pinned API it raises v3.ComfyUITooOld, which ComfyUI logs as one line naming the version needed."""
     from ..server import registry
-    from . import v3
+    from . import comfy_bridge, v3
 
+    comfy_bridge.register_user_directory()      # the config file and data dir under ComfyUI's user/
     extension = v3.extension(list(NODES.values()))
     # ComfyUI has no shutdown hook for custom nodes: stop our servers on exit and on SIGTERM/SIGINT
     # (chained to ComfyUI's own handlers). Signal handlers need the main thread, where ComfyUI calls us.

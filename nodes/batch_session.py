@@ -3,7 +3,9 @@
 One request per prompt line x seed (session.build_request's), differing only in what vLLM-Omni 0.30's
 request batching may put in one forward, all submitted at once (client/batch.py): the server batches,
 spreads over replicas or queues them without a gap. The local config's `max_batch_clips` caps them
-(every clip stays in memory until the node returns). One bar covers all clips; Cancel deletes every job.
+(every clip stays in memory until the node returns), and its `max_clip_memory_gib` the one IMAGE array of
+all their frames (client/clip_memory.py), both before a stopped local server is started or a job is sent.
+One bar covers all clips; Cancel deletes every job.
 """
 from __future__ import annotations
 
@@ -11,13 +13,16 @@ from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from ..client.batch import BatchCancelled, BatchResult, BatchUpdate, run_batch
+from ..client.clip_memory import check_batch_memory
 from ..errors import LauncherError
+from ..errors.config_names import CONFIG_FILE_NAME
+from ..models import SEED
 from ..planner.queued_prompt import prompt_lines
 from ..server.config.local_config import load_local_config
 from . import comfy_bridge, progress, session
 from .handles import ServerHandle
 
-SEED_LIMIT = 2 ** 63        # the seed widget's range: seeds wrap around inside it
+SEED_LIMIT = SEED.high + 1   # past the seed widget's range: seeds wrap around inside it
 
 
 def clip_plan(prompts: str, seed: int, batch_count: int, limit: int) -> list[tuple[str, int]]:
@@ -37,7 +42,7 @@ def clip_plan(prompts: str, seed: int, batch_count: int, limit: int) -> list[tup
             "every decoded clip is held in memory until the node returns, so the machine's operator caps "
             "the batch size in the launcher's local config (max_batch_clips)",
             f"use fewer prompt lines or a smaller batch_count (at most {limit} clips), or raise max_batch_clips "
-            "in vllm_omni_launcher.json", setting="batch_count")
+            f"in {CONFIG_FILE_NAME}", setting="batch_count")
     return [(line, (seed + j) % SEED_LIMIT) for line in lines for j in range(count)]
 
 
@@ -45,9 +50,12 @@ def generate_batch(handle: ServerHandle, *, prompts: str, seed: int, batch_count
                    node_id: Optional[str] = None, **widgets: Any) -> tuple[Any, float, list[Any], str]:
     """(IMAGE of all clips' frames in order, fps, one VIDEO per clip, summary text)."""
     with progress.reporting(node_id, "Checking the requests") as reporter:
-        clips = clip_plan(prompts, seed, batch_count, load_local_config().max_batch_clips)
+        config = load_local_config()
+        clips = clip_plan(prompts, seed, batch_count, config.max_batch_clips)
         first, note = session.build_request(handle, image=image, prompt=clips[0][0], seed=clips[0][1], **widgets)
         requests = [replace(first, prompt=text, seed=clip_seed) for text, clip_seed in clips]
+        # each clip and their sum: run_batch checks again with its client, this is before a server is started
+        check_batch_memory([request.bounds() for request in requests], config.max_clip_memory_gib)
         result = _run(handle, requests, reporter)
         summary = _summary(result, clips, note)
         reporter.text(summary)
@@ -77,8 +85,13 @@ def _cancel_text(cancelled: BatchCancelled, sup: Any, run_floor: int) -> str:
 
 
 def _summary(result: BatchResult, clips: list[tuple[str, int]], note: str) -> str:
+    """The Done text. It says what the polls saw and no more: a job stays in_progress through its VAE decode
+    and MP4 encode, which run beside the next job's denoise on any server, so jobs seen in progress together
+    are not proof that two were denoised at once (request batching or replicas)."""
     head = result.clips[0]
-    together = (f"the server ran up to {result.most_at_once} at once (request batching or replicas)"
+    together = (f"up to {result.most_at_once} jobs were in progress on the server at once (one clip's VAE decode "
+                "and MP4 encode beside the next clip's denoise counts, so this alone does not mean the server "
+                "batched them or ran replicas)"
                 if result.most_at_once > 1 else "the server ran them one after another")
     lines = [f"Done: {len(result.clips)} clips of {head.num_frames} frames {head.width}x{head.height} at "
              f"{head.fps:g} fps in {result.elapsed_s:.1f}s; {together}"]

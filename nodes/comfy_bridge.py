@@ -130,6 +130,18 @@ def interpolation_models() -> dict[str, Path]:
     return found
 
 
+def register_user_directory() -> None:
+    """Tell the core ComfyUI's user directory (the config file and data dir go there): the core never
+    asks ComfyUI itself, so the command line run inside a ComfyUI checkout does not switch files."""
+    from ..errors.config_names import use_comfy_user_dir
+
+    try:
+        import folder_paths  # type: ignore[import-not-found]
+    except ImportError:
+        return
+    use_comfy_user_dir(folder_paths.get_user_directory())
+
+
 def model_folders(*keys: str) -> list[Path]:
     """The existing folders ComfyUI registers under these model-folder keys."""
     try:

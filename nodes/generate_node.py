@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..client.request import DEFAULT_SAMPLER, SAMPLERS
+from ..models import FAMILIES, REQUEST_FIELDS as FIELDS, WanFamily
 from . import batch_session, comfy_bridge, session
 from .handles import SERVER_TYPE
 from .schema import Input, Node, Output
@@ -17,6 +18,21 @@ from .session import INTERPOLATION, NO_MODEL
 
 ZERO = "0 = the model's recommended value"
 MINUS_ONE = "-1 = the model's recommended value"
+# The base families as the texts name them: the A14B pair shares the values shown (a test checks it).
+A14B, TI2V_5B = FAMILIES["t2v_a14b"], FAMILIES["ti2v_5b"]
+
+
+def _by_model(attr: str) -> str:
+    """'40 A14B, 50 TI2V-5B': a family default as the tooltips say it, read from models/families.py."""
+    return f"{getattr(A14B, attr):g} A14B, {getattr(TI2V_5B, attr):g} TI2V-5B"
+
+
+def _shape_of(family: WanFamily) -> str:
+    """'832x480, 81 frames at 16 fps': a family's default clip."""
+    return f"{family.width}x{family.height}, {family.frames} frames at {family.fps:g} fps"
+
+
+_SIZE_TIP = f"multiple of {A14B.size_multiple} (A14B) or {TI2V_5B.size_multiple} (TI2V-5B); " + ZERO
 
 
 def _number(name: str, kind: str, default: Any, tooltip: str, **opts: Any) -> Input:
@@ -33,21 +49,24 @@ def job_inputs(prompt: Input) -> list[Input]:
         Input("server", SERVER_TYPE, "where the job runs: Local Server or Remote Server"),
         prompt,
         text_input("negative_prompt", "what to avoid, e.g. blurry, jitter, watermark (empty = none)"),
-        _number("width", "INT", 0, "multiple of 16 (A14B) or 32 (TI2V-5B); " + ZERO, min=0, max=4096, step=16),
-        _number("height", "INT", 0, "multiple of 16 (A14B) or 32 (TI2V-5B); " + ZERO, min=0, max=4096, step=16),
-        _number("frames", "INT", 0, "4k+1 frames (81, 121, ...); " + ZERO, min=0, max=1025),  # no step: the UI
-        _number("fps", "FLOAT", 0.0, "frame rate of the MP4 (Wan does not use it); " + ZERO +  # snaps to min+k*step
-                " (16 A14B, 24 TI2V-5B)", min=0.0, max=120.0, step=1.0),
-        _number("steps", "INT", 0, "denoise steps (40 A14B, 50 TI2V-5B); " + ZERO, min=0, max=200),
+        _number("width", "INT", 0, _SIZE_TIP, **FIELDS["width"].widget(step=16)),
+        _number("height", "INT", 0, _SIZE_TIP, **FIELDS["height"].widget(step=16)),
+        # frames has no step: the UI snaps to min+k*step
+        _number("frames", "INT", 0, f"4k+1 frames ({A14B.frames}, {TI2V_5B.frames}, ...); {ZERO}",
+                **FIELDS["frames"].widget()),
+        _number("fps", "FLOAT", 0.0, f"frame rate of the MP4 (Wan does not use it); {ZERO} ({_by_model('fps')})",
+                **FIELDS["fps"].widget(step=1.0)),
+        _number("steps", "INT", 0, f"denoise steps ({_by_model('steps')}); " + ZERO, **FIELDS["steps"].widget()),
         _number("guidance", "FLOAT", -1.0, "CFG scale (of the high-noise expert on A14B); 1 = no CFG; " + MINUS_ONE,
-                min=-1.0, max=20.0, step=0.1),
+                **FIELDS["guidance"].widget(step=0.1)),
         _number("guidance_2", "FLOAT", -1.0, "CFG of the low-noise expert (A14B only); " + MINUS_ONE,
-                min=-1.0, max=20.0, step=0.1),
+                **FIELDS["guidance_2"].widget(step=0.1)),
         _number("boundary_ratio", "FLOAT", -1.0, "A14B expert switch point; a server-side value wins; " + MINUS_ONE,
-                min=-1.0, max=1.0, step=0.005),
-        _number("flow_shift", "FLOAT", -1.0, "scheduler flow shift; " + MINUS_ONE, min=-1.0, max=50.0, step=0.5),
+                **FIELDS["boundary_ratio"].widget(step=0.005)),
+        _number("flow_shift", "FLOAT", -1.0, "scheduler flow shift; " + MINUS_ONE,
+                **FIELDS["flow_shift"].widget(step=0.5)),
         _number("seed", "INT", 0, "noise seed: the same seed and settings give the same video; a new seed re-runs "
-                "only this node", min=0, max=2**63 - 1, control_after_generate=True),
+                "only this node", **FIELDS["seed"].widget(control_after_generate=True)),
         Input("image", "IMAGE", "start frame: required for I2V-A14B, optional for TI2V-5B, refused by T2V-A14B "
               "(first image of a batch)", optional=True),
         # Optional and after the original widgets: saved workflows store values by position,
@@ -71,8 +90,8 @@ VIDEO_OUTPUTS = (Output("IMAGE", "frames", "the decoded frames, IMAGE [frames, h
 GENERATE_VIDEO = Node(
     "VLLMOmniGenerateVideo", "vLLM-Omni Generate Video",
     "Text (and image) to video on a vLLM-Omni server. 0 (for sizes, frames, fps, steps) or -1 (for guidance, "
-    "boundary and shift) means the model's recommended value: A14B 832x480, 81 frames at 16 fps; TI2V-5B "
-    "1280x704, 121 frames at 24 fps. When the serving plan fits less than that, widgets at 0 take the plan's size "
+    f"boundary and shift) means the model's recommended value: A14B {_shape_of(A14B)}; TI2V-5B {_shape_of(TI2V_5B)}. "
+    "When the serving plan fits less than that, widgets at 0 take the plan's size "
     "and frames (the node says so). Inputs are checked before anything is sent. A stopped local server is started "
     "again. Cancel deletes the job on the server.",
     lambda: job_inputs(text_input("prompt", "what the video shows and how the camera moves (required)")),

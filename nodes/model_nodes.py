@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from ..errors import LauncherError
 from ..models import FAMILIES, LOCAL_PREFIX, LocalModel, find_local_models
+from ..server.config.config_values import shown
 from ..server.config.settings import settings_of
 from ..server.launch.loras import EXPERTS, MAX_STRENGTH, LoraEntry, find_loras
 from . import comfy_bridge
@@ -36,19 +37,21 @@ def choose_model(name: str) -> ModelChoice:
         "the *-Diffusers folder")
 
 
-def choose_entry(name: str, presets: dict, local_models: Callable[[], dict[str, LocalModel]], node: str,
+def choose_entry(name: Any, presets: dict, local_models: Callable[[], dict[str, LocalModel]], node: str,
                  why: str, folder: str) -> ModelChoice:
     """One model list's entry (Load Model's, Load Wan Pipeline Model's): a preset id or a `local/...`
-    folder that node lists; any other name gets the node's one message and no path is opened."""
-    if name in presets:
-        return ModelChoice(name, presets[name].key, name)
-    local = local_models().get(name) if name.startswith(LOCAL_PREFIX) else None
+    folder that node lists; any other name, or a value that is not text at all (a workflow may send
+    anything), gets the node's one message, quoted and cut by `shown`, and no path is opened."""
+    text = name if isinstance(name, str) else None
+    if text in presets:
+        return ModelChoice(text, presets[text].key, text)
+    local = local_models().get(text) if text is not None and text.startswith(LOCAL_PREFIX) else None
     if local is None:
         raise LauncherError(
-            f"Model '{name}' is not one of {node}'s choices on this machine", why,
+            f"{node} got {shown(name)}, which is not one of {node}'s choices on this machine", why,
             f"pick an entry from the list; for your own copy, put {folder} under ComfyUI/models/diffusers and "
             "refresh the node definitions (press R in ComfyUI)", setting="model")
-    return ModelChoice(str(local.path), local.family.key, name)
+    return ModelChoice(str(local.path), local.family.key, text)
 
 
 LOAD_MODEL = Node(
@@ -82,13 +85,13 @@ def _loras() -> dict[str, Path]:
     return find_loras(comfy_bridge.lora_folders())
 
 
-def lora_path(name: str) -> Path:
-    """The list entry `name`'s file or folder. Anything not in the list gets one message, whether
-    or not such a path exists, so a workflow can neither open nor probe other paths."""
-    path = _loras().get(name)
+def lora_path(name: Any) -> Path:
+    """The list entry `name`'s file or folder. Anything not in the list (or not text) gets one
+    message, whether or not such a path exists, so a workflow can neither open nor probe other paths."""
+    path = _loras().get(name) if isinstance(name, str) else None
     if path is None:
         raise LauncherError(
-            f"LoRA '{name}' is not one of the LoRA node's choices on this machine",
+            f"The LoRA node got {shown(name)}, which is not one of the LoRA node's choices on this machine",
             "the node takes .safetensors files and PEFT folders (adapter_config.json + "
             "adapter_model.safetensors) found under ComfyUI's models/loras folders; it never opens other paths",
             "put the LoRA under ComfyUI/models/loras, refresh the node definitions (press R) and pick it",

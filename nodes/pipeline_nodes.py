@@ -13,7 +13,8 @@ from typing import Any, Optional
 
 from ..client import media
 from ..errors import LauncherError
-from ..models import PIPELINE_FAMILIES, LocalModel, find_local_models, nearest_frames
+from ..models import (PIPELINE_FAMILIES, REQUEST_FIELDS as FIELDS, S2V_FRAMES_PER_CLIP_MAX, LocalModel, check_inputs,
+                      check_request, find_local_models, nearest_frames)
 from . import comfy_bridge, session
 from .generate_node import MINUS_ONE, VIDEO_OUTPUTS, ZERO, text_input
 from .handles import MODEL_TYPE, SERVER_TYPE, ModelChoice, ServerHandle
@@ -52,14 +53,12 @@ def _vace(server: ServerHandle, prompt: str, negative_prompt: str, width: int, h
           steps: int, guidance: float, seed: int, control_video: Any = None, reference_images: Any = None,
           unique_id: Optional[str] = None) -> tuple:
     family = _family(server, "vace", "Generate VACE Video")
-    if control_video is not None and reference_images is not None:     # before either is encoded
-        raise LauncherError("Generate VACE Video has both control_video and reference_images",
-                            "vLLM-Omni takes one image or one video per request for Wan (it answers 400 'does not "
-                            "support mixed image and video references')",
-                            "disconnect reference_images or control_video", setting="reference_images")
+    check_inputs(family, [name for name, batch in (("control_video", control_video),     # before either is encoded
+                                                   ("reference_images", reference_images)) if batch is not None])
     control = None
     if control_video is not None:
         count, got_h, got_w = (int(n) for n in control_video.shape[:3])
+        _check_size(family, width, height, got_w, got_h)
         width, height = width or got_w, height or got_h              # 0: the control video's own
         frames = frames or (count if nearest_frames(count) == count else frames)
         media.check_control_fits(count, got_w, got_h, frames=frames or family.frames, width=width, height=height)
@@ -67,10 +66,28 @@ def _vace(server: ServerHandle, prompt: str, negative_prompt: str, width: int, h
     refs: tuple = ()
     if reference_images is not None:          # built at the request's size, so it is fixed here
         width, height = width or family.width, height or family.height
+        check_request(family, width=width, height=height, frames=frames or family.frames, has_image=False)
         refs = media.reference_images_from_batch(reference_images, width, height)
     return session.generate_video(server, node_id=unique_id, prompt=prompt, negative_prompt=negative_prompt,
                                   width=width, height=height, frames=frames, fps=0, steps=steps, guidance=guidance,
                                   seed=seed, control_video=control, reference_images=refs)
+
+
+def _check_size(family: Any, width: int, height: int, got_w: int, got_h: int) -> None:
+    """The request's width and height (0: the control video's) by the model's own rule (check_request),
+    before the control video is encoded: an odd size would otherwise reach the H.264 encoder and fail
+    there. A size taken from the video is refused as the video's, so the fix names what to resize."""
+    try:
+        check_request(family, width=width or got_w, height=height or got_h, frames=family.frames, has_image=False)
+    except LauncherError as exc:
+        if {"width": width, "height": height}.get(exc.setting or "") != 0:
+            raise                           # a widget's own value: check_request's words name the widget
+        raise LauncherError(
+            f"The control video is {got_w}x{got_h}: its {exc.what}",
+            f"{exc.setting} is 0, so the request takes the control video's {exc.setting}; {exc.why}",
+            f"resize the control video (e.g. with ComfyUI's Upscale Image node) so that its width and height are "
+            f"multiples of {family.size_multiple} (width and height 0 then take its size), or {exc.fix} and resize "
+            "the video to match", setting="control_video") from None
 
 
 def _s2v(server: ServerHandle, prompt: str, negative_prompt: str, image: Any, audio: Any, width: int, height: int,
@@ -82,19 +99,28 @@ def _s2v(server: ServerHandle, prompt: str, negative_prompt: str, image: Any, au
                                   steps=steps, guidance=guidance, seed=seed, audio=clip)
 
 
+# The pipeline families as the texts name them: the two VACE sizes share the values shown (a test checks it).
+VACE, S2V = PIPELINE_FAMILIES["vace_14b"], PIPELINE_FAMILIES["s2v_14b"]
+# Width and height stop at 1280 here (the request range allows 4096): Wan is trained at up to 1280x720
+# (media.MAX_CONTROL_PIXELS bounds a control frame to it), and VACE and S2V are not run larger.
+PIPELINE_SIZE_MAX = 1280
+
+
 def _size(name: str) -> Input:
-    return Input(name, "INT", "multiple of 16; " + ZERO, default=0, opts={"min": 0, "max": 1280, "step": 16})
+    return Input(name, "INT", f"multiple of {VACE.size_multiple}; " + ZERO, default=0,
+                 opts=FIELDS[name].widget(PIPELINE_SIZE_MAX, step=VACE.size_multiple))
 
 
 def _common(frames_tooltip: str, frames_max: int) -> list[Input]:
     return [
         _size("width"), _size("height"),
-        Input("frames", "INT", frames_tooltip, default=0, opts={"min": 0, "max": frames_max}),
-        Input("steps", "INT", "denoise steps (VACE 50, S2V 40); " + ZERO, default=0, opts={"min": 0, "max": 200}),
+        Input("frames", "INT", frames_tooltip, default=0, opts=FIELDS["frames"].widget(frames_max)),
+        Input("steps", "INT", f"denoise steps (VACE {VACE.steps}, S2V {S2V.steps}); " + ZERO, default=0,
+              opts=FIELDS["steps"].widget()),
         Input("guidance", "FLOAT", "CFG scale; 1 = no CFG; " + MINUS_ONE, default=-1.0,
-              opts={"min": -1.0, "max": 20.0, "step": 0.1}),
+              opts=FIELDS["guidance"].widget(step=0.1)),
         Input("seed", "INT", "noise seed: the same seed and settings give the same video", default=0,
-              opts={"min": 0, "max": 2**63 - 1, "control_after_generate": True}),
+              opts=FIELDS["seed"].widget(control_after_generate=True)),
     ]
 
 
@@ -114,25 +140,30 @@ GENERATE_VACE = Node(
     "VLLMOmniGenerateVACE", "vLLM-Omni Generate VACE Video",
     "VACE on a vLLM-Omni server: text to video that follows a control video (depth, pose, edges or a source "
     "clip: an IMAGE batch, e.g. Load Video's frames, exactly width x height and frames long; 0 takes its size "
-    "and length) or shows 1-4 reference images (an IMAGE batch; more than one needs vLLM-Omni 0.30). Not both: "
-    "the server refuses that. Masks and first/last frames are not possible over vLLM-Omni's HTTP API.",
+    f"and length) or shows 1-{media.MAX_REFERENCE_IMAGES} reference images (an IMAGE batch; more than one needs "
+    "vLLM-Omni 0.30). Not both: the server refuses that. Masks and first/last frames are not possible over "
+    "vLLM-Omni's HTTP API.",
     lambda: [Input("server", SERVER_TYPE, "a Local Server running Wan2.1 VACE"),
              text_input("prompt", "what the video shows (required)"),
              text_input("negative_prompt", "what to avoid (empty = none)"),
-             *_common("4k+1 frames; " + ZERO + " (the control video's length, else 81)", 257),
+             *_common(f"4k+1 frames; {ZERO} (the control video's length, else {VACE.frames})",
+                      media.MAX_CONTROL_FRAMES),
              Input("control_video", "IMAGE", "frames the video follows: [frames, height, width, 3]", optional=True),
-             Input("reference_images", "IMAGE", "1-4 images whose subject or style the video shows", optional=True)],
+             Input("reference_images", "IMAGE", f"1-{media.MAX_REFERENCE_IMAGES} images whose subject or style the "
+                   "video shows", optional=True)],
     VIDEO_OUTPUTS, _vace)
 
 GENERATE_S2V = Node(
     "VLLMOmniGenerateSpeechToVideo", "vLLM-Omni Generate Speech-to-Video",
-    "Wan2.2 S2V-14B on a vLLM-Omni server: the person in 'image' speaks or sings 'audio' (up to 20 s; Load "
-    "Audio). The clip is as long as the audio at 16 fps, made of parts of 'frames' frames each (0 = 80), with "
-    "the audio muxed into the server's MP4. Width and height must be multiples of 16 (0 = 832x448).",
+    f"Wan2.2 S2V-14B on a vLLM-Omni server: the person in 'image' speaks or sings 'audio' (up to "
+    f"{media.MAX_AUDIO_S:g} s; Load Audio). The clip is as long as the audio at {S2V.fps:g} fps, made of parts of "
+    f"'frames' frames each (0 = {S2V.frames}), with the audio muxed into the server's MP4. Width and height must "
+    f"be multiples of {S2V.size_multiple} (0 = {S2V.width}x{S2V.height}).",
     lambda: [Input("server", SERVER_TYPE, "a Local Server running Wan2.2 S2V-14B"),
              text_input("prompt", "what the scene shows, e.g. a woman singing on a stage (required)"),
              text_input("negative_prompt", "what to avoid (empty = the model's own)"),
              Input("image", "IMAGE", "the face or portrait to animate (first image of a batch)"),
-             Input("audio", "AUDIO", "the speech or song, at most 20 s"),
-             *_common("frames per part, a multiple of 4 up to 120; " + ZERO + " (80)", 120)],
+             Input("audio", "AUDIO", f"the speech or song, at most {media.MAX_AUDIO_S:g} s"),
+             *_common(f"frames per part, a multiple of 4 up to {S2V_FRAMES_PER_CLIP_MAX}; {ZERO} ({S2V.frames})",
+                      S2V_FRAMES_PER_CLIP_MAX)],
     VIDEO_OUTPUTS, _s2v)

@@ -21,6 +21,7 @@ from ..errors import LauncherError
 from . import comfy_bridge
 
 REMOTE_BAR = 100                                        # remote bar in percent: no real steps to show
+QUEUED_QUIET_S = 5.0                                    # queued longer than this: not just the server's pickup
 
 
 # ----------------------------------------------------------------------------- the reporter
@@ -59,7 +60,8 @@ class NodeReporter:
         return comfy_bridge.interrupted()
 
     def close(self) -> None:
-        """The node has returned: no more bar updates (text from later server events is still shown)."""
+        """The node has returned: no more bar updates. No server event reaches this reporter afterwards either:
+        its launch's status listener ends with the launch (session.launch_local unlistens it)."""
         with self._lock:
             self._closed = True
 
@@ -114,7 +116,7 @@ class JobProgress:
     def on_update(self, update: Any) -> None:
         status = update.status
         if status == "queued":
-            self.reporter.text(f"Queued {clock(update.queued_s)} (the server is busy with another job)")
+            self.reporter.text(f"Queued {clock(update.queued_s)} ({self._why_queued(update.queued_s)})")
             return
         if status != "in_progress":
             return
@@ -136,6 +138,17 @@ class JobProgress:
             self.reporter.text(f"Running {running}: longer than the ~{clock(estimate_s)} earlier jobs took "
                                "here, so no time left can be estimated")
 
+    def _why_queued(self, queued_s: float) -> str:
+        """Busy only where it is known: a supervised server's log shows an earlier job still denoising.
+        An idle server starts a job within a poll or two, so a short wait says nothing; a long one on a
+        server whose log we do not read (remote) is most likely another client's job."""
+        progress = self.local_progress() if self.local_progress is not None else None
+        if progress is not None and progress.run_id <= self.run_floor and not (progress.done or progress.aborted):
+            return f"the server is busy with another job, at step {progress.step}/{progress.total}"
+        if queued_s < QUEUED_QUIET_S:
+            return "waiting for the server to start it"
+        return "the server has not started it yet: it may be busy with another job"
+
     def _local(self, running_s: float) -> None:
         progress = self.local_progress() if self.local_progress is not None else None
         if progress is None or progress.run_id <= self.run_floor or not progress.total:
@@ -143,7 +156,7 @@ class JobProgress:
             return
         self.reporter.bar(progress.step, progress.total)
         if progress.step >= progress.total:
-            self.reporter.text(f"Decoding the video (denoise done in {clock(running_s)})")
+            self.reporter.text(f"Decoding the video ({clock(running_s)} since the job started)")
         else:
             eta = f", ETA {clock(progress.eta_s)}" if progress.eta_s is not None else ""
             self.reporter.text(f"Step {progress.step}/{progress.total}, {clock(running_s)} elapsed{eta}")

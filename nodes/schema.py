@@ -88,15 +88,17 @@ class Node:
         return tuple(self.run(**check_inputs(self.display_name, self.inputs(), values), **extra))
 
     def validate(self, values: dict[str, Any]) -> Union[bool, str]:
-        """True, or our message for the first literal combo value that is not an entry."""
+        """True, or our message for the first literal combo value that is not an entry. A value that
+        is not text (a number, a list, an object) is refused before `choose` or the list sees it:
+        ComfyUI would turn their TypeError into a traceback."""
         for spec in self.inputs():
             value = values.get(spec.name)
             if spec.kind != "COMBO" or value is None:
                 continue                                  # not given, or linked (checked when it runs)
             try:
-                if spec.choose is not None:
+                if isinstance(value, str) and spec.choose is not None:
                     spec.choose(value)
-                elif value not in spec.choices():
+                elif not isinstance(value, str) or value not in spec.choices():
                     raise _refusal(self.display_name, spec.name, value, _choices(spec.choices()))
             except LauncherError as err:
                 return f"{err.what}: {err.why}; {err.fix}"
@@ -185,9 +187,12 @@ def _number(value: Any, whole: bool) -> Optional[Any]:
     """`value` as the number it is (an int for `whole`), or None: bools, strings, NaN and inf are not numbers."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return None
-    if isinstance(value, numbers.Integral):               # numpy's integers too
-        return int(value) if whole else float(value)
-    value = float(value)
+    try:
+        if isinstance(value, numbers.Integral):           # numpy's integers too
+            return int(value) if whole else float(value)
+        value = float(value)
+    except OverflowError:                                 # an int (or a Fraction) beyond a float's range
+        return None
     if not math.isfinite(value):
         return None
     if whole:

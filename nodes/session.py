@@ -5,26 +5,28 @@ work with the node's reporter (progress.py). Keys are looked up at use, from the
 or the local config (remote ones): never from a widget or a handle. Local servers are found by the
 fingerprint of the launch spec asked for, not by process: one the supervisor restarted is used as it is
 (port, key), one no longer running (keep-alive, Stop Server, crashes) is started again from the handle's
-choices, its launch on the Generate node; so Local Server needs no fingerprint_inputs.
+choices, its launch on the Generate node; so Local Server needs no fingerprint_inputs. Which server a
+handle's jobs, reports and stops reach after a job re-planned it is the registry's answer (`registry.find`).
 """
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any, Callable, Optional
 
-from ..client.api import LOCAL_LOG_HINT, REMOTE_LOG_HINT, VideoClient
+from ..client.api import VideoClient
 from ..client.images import image_to_png
 from ..client.job_results import GenerationCancelled, GenerationResult
 from ..client.poll_window import LEARNED, job_kind
 from ..client.request import FrameInterpolation
-from ..client.transport import Deadlines
+from ..client.transport import Cancelled, Deadlines
 from ..errors import LauncherError
-from ..models import request_for
+from ..models import ALL_FAMILIES, family_for, request_for
 from ..planner.doctor import run_doctor
 from ..planner.launch_plan import LaunchPlan
 from ..planner.queued_prompt import jobs_run_cfg, queued_jobs
 from ..planner.speed_costs import cfg_runs, idle_cfg_warning
 from ..server import registry
+from ..server.config.config_values import shown
 from ..server.config.local_config import LocalConfig, load_local_config
 from ..server.config.remote_servers import remote_target
 from ..server.launch.loras import LoraPlan, plan_loras
@@ -34,11 +36,6 @@ from .last_choices import record as record_choices
 
 NO_MODEL = "(none)"                               # interpolation_model: none picked
 INTERPOLATION = {"off": 0, "x2": 1, "x4": 2}      # frame_interpolation -> RIFE exp (frames and fps times 2**exp)
-
-# A job whose guidance turns CFG off on an auto-planned CFG-parallel server re-plans
-# (`_running_local`); the server it gets is remembered here by the handle's fingerprint, so the
-# next jobs of that (cached) handle use it instead of starting the first plan again.
-_REPLANNED: dict[str, str] = {}
 
 
 # ----------------------------------------------------------------------------- local servers
@@ -55,7 +52,8 @@ def start_local(model: ModelChoice, serving: ServingChoice, node_id: Optional[st
         status = sup.status()
         text = status.text + (f"\n{status.fallback_note}" if status.fallback_note else "")
         text += "".join(f"\n{note}" for note in loras.notes)
-        reporter.text(text + (f"\n\n{plan.text}" if plan.text else ""))
+        report = plan.report()
+        reporter.text(text + (f"\n\n{report}" if report else ""))
         return ServerHandle("local", sup.url or "", sup.spec.served_name, sup.spec.family.key,
                             server_id=plan.spec.fingerprint(), server_version=sup.server_version,
                             model=model, serving=serving, limit=plan.limit, lora=loras.per_request)
@@ -72,8 +70,9 @@ def launch_local(model: ModelChoice, serving: ServingChoice, config: LocalConfig
     plan = replace(plan, spec=plan.spec.with_changes(lora=loras.startup))
     if on_plan is not None:
         on_plan(plan)
-    if plan.text:
-        reporter.text(plan.text)
+    report = plan.report()
+    if report:
+        reporter.text(report)
     if any(s.spec != plan.spec and s.spec.with_changes(lora=plan.spec.lora) == plan.spec
            for s in registry.all_servers()):
         reporter.text("Restarting: LoRA changed (fused LoRAs and their strengths are part of the server)")
@@ -86,15 +85,28 @@ def launch_local(model: ModelChoice, serving: ServingChoice, config: LocalConfig
     except registry.LaunchCancelled:
         reporter.text("Cancelled while starting: the server and all its processes were stopped")
         comfy_bridge.raise_interrupted()
+    finally:
+        _stop_listening(reporter.launch_status)
     return sup, plan, loras
+
+
+def _stop_listening(on_status: Callable[[Any], None]) -> None:
+    """The launch is over (ready, failed or cancelled): its node hears no more of the server. ComfyUI's
+    node ids are small integers reused by every graph, so a later keep-alive stop, crash or Stop Server
+    sent to this node's id would land on whatever node has that id in the graph open by then; the next
+    node that launches (or reuses) the server subscribes its own reporter."""
+    for sup in registry.all_servers():
+        sup.unlisten(on_status)
 
 
 def _running_local(handle: ServerHandle, config: LocalConfig, reporter: progress.NodeReporter,
                    cfg: bool = True, jobs: int = 1) -> Any:
     """The live supervisor for a local handle, started again when it no longer runs, and planned
     again for jobs without CFG (`cfg` False) when `auto` had picked CFG parallel for it. `jobs`:
-    how many the caller submits at once (a batch), planned for as when Local Server started it."""
-    sup = registry.find(_server_id(handle))
+    how many the caller submits at once (a batch), planned for as when Local Server started it. A re-plan's
+    server is recorded in the registry (`registry.replan`), so the next jobs of that (cached) handle use it
+    instead of starting the first plan again."""
+    sup = registry.find(handle.server_id)
     replan = sup is not None and _auto(handle) and bool(idle_cfg_warning(sup.spec, cfg))
     if sup is not None and sup.ready() and not replan:
         return sup
@@ -106,16 +118,8 @@ def _running_local(handle: ServerHandle, config: LocalConfig, reporter: progress
                   "auto plans again for it (a new plan restarts the server)" if replan else
                   "The local server is not running (stopped, idle or crashed): starting it again")
     sup, plan, _ = launch_local(handle.model, handle.serving, config, reporter, cfg=cfg, queued_jobs=jobs)
-    if plan.spec.fingerprint() == handle.server_id:
-        _REPLANNED.pop(handle.server_id, None)
-    else:
-        _REPLANNED[handle.server_id] = plan.spec.fingerprint()
+    registry.replan(handle.server_id, plan.spec.fingerprint())
     return sup
-
-
-def _server_id(handle: ServerHandle) -> str:
-    """The fingerprint of the server a local handle's jobs use now (re-planned or its own)."""
-    return _REPLANNED.get(handle.server_id, handle.server_id)
 
 
 def _auto(handle: ServerHandle) -> bool:
@@ -128,15 +132,40 @@ def connect_remote(url: str, family_key: str, remote_name: str, node_id: Optiona
     with progress.reporting(node_id, "Connecting") as reporter:
         config = load_local_config()
         name, base, key = remote_target(config, url, remote_name)
-        with VideoClient(base, api_key=key, deadlines=Deadlines.from_config(config),
-                         proxy=config.remote_proxy) as client:
-            names = client.models()
+        try:
+            with VideoClient(base, api_key=key, deadlines=Deadlines.from_config(config),
+                             proxy=config.remote_proxy) as client:
+                names = client.models(should_cancel=reporter.cancel_requested)
+        except Cancelled:
+            reporter.text("Cancelled while connecting to the server")
+            comfy_bridge.raise_interrupted()
         if not names:
             raise LauncherError(f"The server at {base} serves no model", "/v1/models returned an empty list",
                                 "check the server's log", setting="url")
+        _check_served_family(base, names[0], family_key)
         reporter.text(f"Connected: {names[0]} at {base}" + (f" ({name})" if name else "")
                       + ("; API key from the local config" if key else ""))
         return ServerHandle("remote", base, names[0], family_key, remote_name=name)
+
+
+def _check_served_family(base: str, served: str, family_key: str) -> None:
+    """Refuse a model_family the server contradicts: its defaults (size, frames, fps, guidance, shift)
+    and request rules would be another model's. A served id no family claims (a renamed model, a folder
+    on the server's machine) says nothing, so the widget's family is taken as given."""
+    try:
+        family = family_for(served)
+    except LauncherError:
+        return
+    if family.key == family_key:
+        return
+    named = ALL_FAMILIES.get(family_key) if isinstance(family_key, str) else None
+    said = f"{family_key} ({named.label})" if named is not None else shown(family_key)
+    raise LauncherError(
+        f"The server at {base} serves {served} ({family.label}), but Remote Server's model_family says {said}",
+        "each family has its own request defaults (size, frames, fps, guidance, flow shift) and request rules, "
+        f"so Generate Video would build its jobs for {named.label if named else 'another model'} and send them "
+        f"to a {family.label} server",
+        f"set Remote Server's model_family to {family.key}", setting="model_family")
 
 
 # ----------------------------------------------------------------------------- one job
@@ -181,10 +210,10 @@ def interpolation_for(choice: str, model_name: str) -> Optional[FrameInterpolati
     exp = INTERPOLATION[choice]
     if not exp:
         return None
-    path = comfy_bridge.interpolation_models().get(model_name)
+    path = comfy_bridge.interpolation_models().get(model_name) if isinstance(model_name, str) else None
     if path is None:
         raise LauncherError(
-            f"Frame interpolation model '{model_name}' is not available",
+            f"interpolation_model got {shown(model_name)}, which is not an available frame interpolation model",
             "frame interpolation needs a RIFE folder (holding flownet.pkl) under ComfyUI/models/frame_interpolation; "
             "the launcher never lets the server download one",
             "put a RIFE folder (e.g. RIFE-4.22.lite) there, refresh the node definitions (press R) and pick it as "
@@ -195,7 +224,7 @@ def interpolation_for(choice: str, model_name: str) -> Optional[FrameInterpolati
 def _idle_cfg_note(handle: ServerHandle, request: Any) -> str:
     """At guidance 1 (distill LoRAs) there is no CFG, so a CFG-parallel server leaves a GPU idle:
     say so where the user chose CFG parallel (with `auto`, the job re-plans instead)."""
-    sup = registry.find(_server_id(handle)) if handle.kind == "local" and not _auto(handle) else None
+    sup = registry.find(handle.server_id) if handle.kind == "local" and not _auto(handle) else None
     return "" if sup is None else idle_cfg_warning(sup.spec, cfg_runs(request.guidance, request.guidance_2))
 
 
@@ -212,7 +241,7 @@ def job_client(handle: ServerHandle, reporter: progress.NodeReporter,
         (_, url, key), version = remote_target(config, handle.url, handle.remote_name), handle.server_version
     client = VideoClient(url, api_key=key, served_name=handle.served_name, server_version=version,
                          deadlines=Deadlines.from_config(config), clip_memory_gib=config.max_clip_memory_gib,
-                         proxy=config.remote_proxy, log_hint=LOCAL_LOG_HINT if sup is not None else REMOTE_LOG_HINT)
+                         proxy=config.remote_proxy, supervised=sup is not None)
     return client, sup
 
 
@@ -288,13 +317,14 @@ def server_report(handle: Optional[ServerHandle], node_id: Optional[str]) -> tup
     """Phase, GPUs, URL and last error of launcher-started servers (or of the one given)."""
     servers = registry.all_servers()
     if handle is not None and handle.kind == "local":
-        found = registry.find(_server_id(handle))
+        found = registry.find(handle.server_id)
         servers = [found] if found is not None else []
     lines = []
     for sup in servers:
         st = sup.status()
         gpus = ",".join(map(str, sup.spec.gpus)) if sup.spec.gpus is not None else "all visible"
-        line = f"{sup.spec.served_name} on GPUs {gpus} at {st.url or '(no port yet)'}: {st.text}"
+        line = f"{sup.spec.served_name} on GPUs {gpus} at {st.url or '(no port yet)'}: {_state(st)}"
+        line += f"; log: {st.log_path}" if st.log_path else ""
         if st.last_error:
             line += f"\n  last error: {st.last_error}"
         lines.append(line)
@@ -307,6 +337,20 @@ def server_report(handle: Optional[ServerHandle], node_id: Optional[str]) -> tup
     return show("\n".join(lines) or "No launcher-started server is running.", node_id)
 
 
+def _state(status: Any) -> str:
+    """The phase part of a report line, which already names the model, GPUs and URL. A ready server's
+    text restates them for the launching node ("Ready: <model> at <url> (GPUs ...)", "Ready at <url>"),
+    so only what follows its first "; " is kept (a head's replica port, a cancelled job's or an
+    out-of-memory job's note) and the restarts it had; other phases' texts are the news itself
+    (progress, restart, failure)."""
+    if not status.ready:
+        return status.text
+    restarted = ""
+    if status.restarts and status.restart_reason:
+        restarted = f" (restarted {status.restarts}x, the last time because: {status.restart_reason})"
+    return "; ".join([f"Ready{restarted}", *status.text.split("; ")[1:]])
+
+
 def stop_servers(handle: Optional[ServerHandle], stop_all: bool, node_id: Optional[str]) -> tuple[str]:
     """Stop launcher-started servers: the one given, or all (never a process we did not start)."""
     if handle is not None and handle.kind == "remote" and not stop_all:
@@ -316,7 +360,7 @@ def stop_servers(handle: Optional[ServerHandle], stop_all: bool, node_id: Option
         registry.stop_all()
         report = f"Stopped {count} server(s)." if count else "No launcher-started server was running."
     else:
-        stopped = registry.stop(_server_id(handle))
+        stopped = registry.stop(handle.server_id)
         report = f"Stopped the server for {handle.served_name}." if stopped else \
             f"No running server for {handle.served_name}."
     return show(report, node_id)

@@ -3,7 +3,8 @@
 ComfyUI keeps each `comfy_api.v0_0_N` stable while `latest` moves: the pack imports `PINNED` only, here,
 when ComfyUI calls `comfy_entrypoint`, and a ComfyUI without it or older than `NEEDS` gets one sentence
 instead of a half-registered pack. define_schema is the declaration, execute one `Node.call`,
-validate_inputs `Node.validate` for the combos, fingerprint_inputs the `fingerprint` where there is one.
+validate_inputs `Node.validate` for the combo of this machine's entries (`prompt_checked`),
+fingerprint_inputs the `fingerprint` where there is one.
 """
 from __future__ import annotations
 
@@ -85,16 +86,24 @@ def node_class(node: Node, module: Any) -> type:
     def validate_inputs(cls: type, **values: Any) -> Any:
         return node.validate(values)
 
-    # ComfyUI hands validate_inputs only the inputs its signature names, and skips its own checks
-    # of those: so it names the combos (which ComfyUI does not compare with their lists for V3).
-    combos = [i.name for i in node.inputs() if i.kind == "COMBO"]
+    checked = prompt_checked(node)
     validate_inputs.__signature__ = inspect.Signature(   # type: ignore[attr-defined]
-        [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in ("cls", *combos)])
+        [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in ("cls", *checked)])
     body: dict[str, Any] = {"define_schema": classmethod(define_schema), "execute": classmethod(execute),
                             "__doc__": node.description, "__module__": __name__}
-    if combos:
+    if checked:
         body["validate_inputs"] = classmethod(validate_inputs)
     if node.fingerprint is not None:
         fingerprint = node.fingerprint
         body["fingerprint_inputs"] = classmethod(lambda cls, **values: fingerprint(**values))
     return type(node.node_id, (io.ComfyNode,), body)
+
+
+def prompt_checked(node: Node) -> list[str]:
+    """The one input validate_inputs names, or none: the combo whose list is this machine's (its files,
+    its config), the one a workflow from elsewhere gets wrong. ComfyUI (0.3.64, execution.py) hands
+    validate_inputs only the inputs its signature names, skips its own checks of those, and attaches the
+    one string it returns to every one of them: naming two would show a LoRA's message under `expert`
+    too. ComfyUI does not compare a V3 combo with its list, so a fixed-list combo's wrong value is
+    refused when the node runs (schema.check_inputs), in the same words."""
+    return [i.name for i in node.inputs() if i.kind == "COMBO" and i.own_choice]   # at most one (a unit test)

@@ -28,8 +28,8 @@ from ..server.launch.spec import LaunchSpec
 from .ladder import recommend
 from .launch_plan import planning_version
 
-_QUALITY_ORDER = ("t2v_a14b", "ti2v_5b")    # text-to-video models, better quality first
-_DOWNLOAD_GB = {"t2v_a14b": 65, "ti2v_5b": 23}   # bf16 weights, as the README states
+# This rule's preference, not a family fact: the text-to-video models, better quality first.
+_QUALITY_ORDER = ("t2v_a14b", "ti2v_5b")
 FALLBACK = "ti2v_5b"
 
 
@@ -43,10 +43,10 @@ class ModelPick:
 
 def pick_model(config: LocalConfig, gpu_sizes: list[float], gpu_source: str) -> ModelPick:
     """The model for this machine: `gpu_sizes` (GiB each, [] when unknown) from `gpu_source`."""
-    ti2v = FAMILIES[FALLBACK]
+    ti2v, a14b = FAMILIES[FALLBACK], FAMILIES["t2v_a14b"]
     if not gpu_sizes:
         return ModelPick(ti2v.hf_id, f"{gpu_source}, so nothing can be planned: {ti2v.label} is the smallest "
-                                     f"text-to-video model (about {_DOWNLOAD_GB[FALLBACK]} GB to download, one "
+                                     f"text-to-video model (about {ti2v.download_gb} GB to download, one "
                                      "24 GB GPU is enough)")
     env = {**os.environ, **config.extra_env}        # HF_HOME / HF_HUB_CACHE as the server sees them
     version, _ = planning_version(config)           # a refused environment is refused by the launch, after this
@@ -58,10 +58,9 @@ def pick_model(config: LocalConfig, gpu_sizes: list[float], gpu_source: str) -> 
             return ModelPick(family.hf_id, f"it is already downloaded and fits these GPUs ({gpus}) at its "
                                            f"default {family.width}x{family.height}x{family.frames}")
     if fits[FALLBACK]:
-        why = (f"it fits these GPUs ({gpus}) and is the smallest download (about {_DOWNLOAD_GB[FALLBACK]} GB; "
-               f"T2V-A14B is about {_DOWNLOAD_GB['t2v_a14b']} GB"
-               + (", and it fits too: pass --model Wan-AI/Wan2.2-T2V-A14B-Diffusers for it)" if fits["t2v_a14b"]
-                  else ")"))
+        why = (f"it fits these GPUs ({gpus}) and is the smallest download (about {ti2v.download_gb} GB; "
+               f"T2V-A14B is about {a14b.download_gb} GB"
+               + (f", and it fits too: pass --model {a14b.hf_id} for it)" if fits[a14b.key] else ")"))
     else:
         why = (f"no Wan2.2 model fits these GPUs ({gpus}) at its default request; {ti2v.label} comes closest "
                "and the planner reduces the request to what fits")

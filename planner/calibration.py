@@ -19,6 +19,9 @@ from typing import Optional
 
 from ..server.launch.versions import DEFAULT_VERSION
 
+TILE_PX = 256            # diffusers AutoencoderKLWan tile_sample_min_height/width
+TILE_STRIDE_PX = 192     # tile_sample_stride_height/width: neighbouring tiles overlap by TILE_PX - this
+
 # Calibration. Each value: what it is, and what fixed it.
 CALIBRATION: dict[str, float] = {
     # DiT activation working set per token, in bf16 hidden vectors (hidden x 2 bytes).
@@ -58,8 +61,8 @@ CALIBRATION: dict[str, float] = {
     # copies of the video (fitted slope 4.50 videos in all, minus the overlap). Every measured
     # tiled point within 7.1%.
     "vae_decode_tile_gib": 0.69,
-    "tile_overlap": (256 / 192) ** 2,
-    "video_copies_tiled": 4.50 - (256 / 192) ** 2,
+    "tile_overlap": (TILE_PX / TILE_STRIDE_PX) ** 2,
+    "video_copies_tiled": 4.50 - (TILE_PX / TILE_STRIDE_PX) ** 2,
     # In the server the decode runs after the denoise, in an allocator already carved up by it:
     # the H200 "memory after job" (docs/upstream-facts.md, "H200 measurements") is 24.3 GiB
     # above weights + context for
@@ -125,8 +128,6 @@ CALIBRATION: dict[str, float] = {
     "margin_fraction": 0.03,
     "margin_min_gib": 0.5,
 }
-TILE_PX = 256            # diffusers AutoencoderKLWan tile_sample_min_height/width
-TILE_STRIDE_PX = 192     # tile_sample_stride
 
 
 # vLLM-Omni 0.30, MEASURED (H200, TI2V-5B full size, eager, 4 steps; NVML peak of each job against

@@ -1,9 +1,11 @@
 """`doctor`: check the machine before a launch, and say how to fix each problem.
 
-Checks: the GPUs (NVML: name, memory, driver, compute capability), peer-to-peer access and
-topology between each pair, GPU memory this process (ComfyUI) holds itself, the server
+Checks: the GPUs (planner/doctor_gpus.py: NVML's name, memory, driver, compute capability,
+peer-to-peer access and topology between each pair, GPU memory this process (ComfyUI) holds
+itself, or the sizes VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB gives, which launches use), the server
 environment (planner/doctor_env.py: its python runs a short script: python, vllm, vllm-omni,
-torch, CUDA, diffusers), host RAM, disk space for the model download, the model folder (a Diffusers folder, or
+torch, CUDA, diffusers), host RAM, disk space for the model download (not on a client-only box, which
+never downloads it), the model folder (a Diffusers folder, or
 S2V's original layout), whether an S2V server finds its VAE config in the HF cache, and the port. Every check
 that could not run says why ("unchecked"), so the report is useful on a machine with no GPU.
 """
@@ -28,79 +30,11 @@ from ..server.config.local_config import LocalConfig, load_local_config
 from ..server.launch import hf_cache
 from ..server.launch.loras import STARTUP_SINCE, find_loras, serving_note
 from .doctor_env import check_server_env, major_minor
-from .doctor_report import CLIENT_ONLY, GPU_BOX, GPUS_UNKNOWN, OK, PROBLEM, UNCHECKED, WARNING, Check, DoctorReport
-from .gpus import GIB, NONE_FOUND, GpuInfo, open_nvml, peer_status, processes_on_gpus, query_gpus
+from .doctor_gpus import box_role, check_gpus, env_gpus, unlisted
+from .doctor_report import CLIENT_ONLY, GPU_BOX, OK, PROBLEM, UNCHECKED, WARNING, Check, DoctorReport
+from .gpus import GIB, NONE_FOUND, GpuInfo, open_nvml
+from .gpu_memory_env import GPU_MEMORY_ENV
 from .model_sizes import model_sizes
-
-
-def _check_gpus(nvml: Any) -> tuple[list[Check], list[GpuInfo], list[dict[str, Any]]]:
-    gpus, reason = query_gpus(nvml, shutdown=False)
-    if not gpus:
-        return [Check("gpus", UNCHECKED, f"could not list GPUs: {reason}",
-                      "run the doctor on the machine with the NVIDIA GPUs (with nvidia-ml-py installed); "
-                      "planning still works with --gpu-memory"),
-                Check("peer_to_peer", UNCHECKED, "no GPU information, so peer-to-peer access was not checked"),
-                Check("own_gpu_memory", UNCHECKED, "no GPU information, so this process's GPU memory was not checked")
-                ], [], []
-    checks: list[Check] = []
-    desc = "; ".join(f"GPU {g.index} {g.name}, {g.total_gib:.1f} GiB total, {g.free_gib:.1f} free, "
-                     f"CC {g.compute_capability[0]}.{g.compute_capability[1]}" if g.compute_capability else
-                     f"GPU {g.index} {g.name}, {g.total_gib:.1f} GiB total, {g.free_gib:.1f} free" for g in gpus)
-    status, fix = OK, ""
-    busy = [g for g in gpus if g.free_gib is not None and g.free_gib < 0.9 * g.total_gib - 1.0]
-    if busy:
-        status = WARNING
-        fix = ("other processes hold memory on " + ", ".join(f"GPU {g.index} ({g.total_gib - g.free_gib:.1f} GiB)"
-                                                             for g in busy) +
-               ": stop them, or plan with the free memory (the planner uses it)")
-    old = [g for g in gpus if g.compute_capability and g.compute_capability < (8, 0)]
-    if old:
-        status = PROBLEM
-        fix = (fix + "; " if fix else "") + ("GPUs below compute capability 8.0 (" +
-                                             ", ".join(f"GPU {g.index}" for g in old) +
-                                             ") have no bf16/FlashAttention: use Ampere or newer")
-    driver = gpus[0].driver or "unknown"
-    checks.append(Check("gpus", status, f"{len(gpus)} GPU(s), driver {driver}: {desc}", fix,
-                        {"count": len(gpus)}))
-    peers: list[dict[str, Any]] = []
-    if len(gpus) < 2:
-        checks.append(Check("peer_to_peer", OK, "one GPU: no peer-to-peer traffic needed"))
-    else:
-        try:
-            peers = peer_status(nvml, gpus)
-            bad = [p for p in peers if p["p2p_read"] != "ok"]
-            text = "; ".join(f"GPU {p['pair'][0]}<->{p['pair'][1]}: P2P {p['p2p_read']}, {p['topology']}" for p in peers)
-            if bad:
-                geforce = all(g.is_geforce for g in gpus)
-                checks.append(Check(
-                    "peer_to_peer", WARNING, text,
-                    "without peer-to-peer, NCCL copies through host memory: prefer CFG parallel "
-                    "(--cfg-parallel-size 2, one exchange per step) over Ulysses/tensor parallel (exchanges in "
-                    "every layer)" + ("; GeForce cards do not support GPUDirect P2P (NVIDIA/nccl #1309)"
-                                      if geforce else "; check the BIOS (ACS/IOMMU) and `nvidia-smi topo -m`")
-                    + "; if NCCL hangs, set NCCL_P2P_DISABLE=1", {"pairs": peers}))
-            else:
-                checks.append(Check("peer_to_peer", OK, text, details={"pairs": peers}))
-        except Exception as exc:
-            checks.append(Check("peer_to_peer", UNCHECKED, f"NVML could not report peer access ({exc})"))
-    try:
-        procs = processes_on_gpus(nvml, gpus)
-        me = os.getpid()
-        mine = {i: p for i, ps in procs.items() for p in ps if p["pid"] == me}
-        if mine:
-            held = ", ".join(f"GPU {i}: {p['used_gib']:.1f} GiB" if p["used_gib"] is not None else f"GPU {i}"
-                             for i, p in mine.items())
-            checks.append(Check("own_gpu_memory", WARNING,
-                                f"this process (pid {me}, ComfyUI) holds GPU memory itself: {held}",
-                                "that memory is not available to the server: unload ComfyUI's models "
-                                "(Manager > Unload models, or start ComfyUI with --disable-smart-memory / "
-                                "--cpu for the graph), or give the server other GPUs", {"pid": me}))
-        else:
-            checks.append(Check("own_gpu_memory", OK, f"this process (pid {me}) holds no GPU memory",
-                                details={"pid": me}))
-    except Exception as exc:
-        checks.append(Check("own_gpu_memory", UNCHECKED, f"NVML could not list GPU processes ({exc})"))
-    return checks, gpus, peers
 
 
 def _check_loras(roots: Sequence[Path], version: Optional[tuple[int, int]]) -> Check:
@@ -162,7 +96,9 @@ def _check_wan_vae_config(model: Optional[str], config: LocalConfig) -> list[Che
                   f"`hf download {repo} {file} --cache-dir {shlex.quote(str(hub))}`")]
 
 
-def _check_model(model: Optional[str], config: LocalConfig) -> list[Check]:
+def _check_model(model: Optional[str], config: LocalConfig, role: str = GPU_BOX) -> list[Check]:
+    """The model folder, or for a Hugging Face id whether it is downloaded and the disk has room for it;
+    on a client-only box no server runs, so nothing is downloaded here and the disk is not judged."""
     if not model:
         return [Check("model", UNCHECKED, "no model given (use --model to check a folder or the download space)")]
     path = Path(model).expanduser()
@@ -195,6 +131,9 @@ def _check_model(model: Optional[str], config: LocalConfig) -> list[Check]:
             checks.append(Check("model", OK, f"{path}: {family.label} ({cls}), weights {sizes.to_dict()['dit_gib']} "
                                 f"GiB DiT, {sizes.text_encoder_gib:.1f} GiB text encoder"))
         return checks
+    if role == CLIENT_ONLY:
+        return [Check("model", OK, f"{family.hf_id}: the GPU machine's server downloads it; this client-only box "
+                      "never does, so its disk space is not checked")]
     cache = hf_cache_dir(config)
     repo_dir = cache / ("models--" + family.hf_id.replace("/", "--"))
     snapshots = list((repo_dir / "snapshots").glob("*")) if repo_dir.is_dir() else []
@@ -310,10 +249,6 @@ def _check_local_models(roots: Sequence[Path]) -> Check:
                  if skipped else "", {"listed": sorted(found), "left_out": skipped})
 
 
-def _box_role(gpus: list[GpuInfo], absent: bool) -> str:
-    return GPU_BOX if gpus else (CLIENT_ONLY if absent else GPUS_UNKNOWN)
-
-
 def _server_env_for_role(checks: list[Check], role: str) -> list[Check]:
     """A missing server environment is a problem on a GPU box, expected on a client-only one."""
     out = []
@@ -340,17 +275,12 @@ def run_doctor(model: Optional[str] = None, *, config: Optional[LocalConfig] = N
     checks: list[Check] = []
     mod, reason, absent = open_nvml(nvml)
     if mod is None:
-        gpu_checks: list[Check] = [
-            Check("gpus", UNCHECKED, f"could not list GPUs: {reason}",
-                  "run the doctor on the machine with the NVIDIA GPUs (with nvidia-ml-py installed); "
-                  "planning still works with --gpu-memory"),
-            Check("peer_to_peer", UNCHECKED, "no GPU information, so peer-to-peer access was not checked"),
-            Check("own_gpu_memory", UNCHECKED, "no GPU information, so this process's GPU memory was not checked")]
+        gpu_checks = unlisted(reason)
         gpus: list[GpuInfo] = []
         peers: list[dict[str, Any]] = []
     else:
         try:
-            gpu_checks, gpus, peers = _check_gpus(mod)
+            gpu_checks, gpus, peers = check_gpus(mod)
         finally:
             try:
                 mod.nvmlShutdown()
@@ -365,11 +295,13 @@ def run_doctor(model: Optional[str] = None, *, config: Optional[LocalConfig] = N
                             if visible.strip() == "" else ""))
     if mod is not None and not gpus:
         absent = gpu_checks[0].summary.endswith(NONE_FOUND)        # NVML runs and lists none
-    role = _box_role(gpus, absent)
-    env_checks, env = check_server_env(config, runner, timeout_s, machine_has_gpus=bool(gpus))
+    from_env, env_check = env_gpus(gpus)
+    checks += [env_check] if env_check is not None else []
+    role = box_role(gpus or from_env, absent)
+    env_checks, env = check_server_env(config, runner, timeout_s, machine_has_gpus=bool(gpus or from_env))
     checks += _server_env_for_role(env_checks, role)
     checks.append(_check_host_ram(_family_or_none(model), role))
-    checks += _check_model(model, config)
+    checks += _check_model(model, config, role)
     checks += _check_wan_vae_config(model, config)
     if model_roots:
         checks.append(_check_local_models(model_roots))
@@ -377,7 +309,8 @@ def run_doctor(model: Optional[str] = None, *, config: Optional[LocalConfig] = N
         checks.append(_check_loras(lora_roots, major_minor(env.get("vllm-omni")) if env else None))
     checks.append(_check_port(host or config.host, port if port is not None else config.port))
     checks.append(Check("launcher", OK, f"python {platform.python_version()} at {sys.executable}"))
-    return DoctorReport(checks=checks, gpus=gpus, peers=peers, server_env=env, role=role)
+    return DoctorReport(checks=checks, gpus=gpus or from_env, peers=peers, server_env=env, role=role,
+                        gpu_source="" if gpus or not from_env else f"sizes from {GPU_MEMORY_ENV}")
 
 
 def _family_or_none(model: Optional[str]) -> Optional[WanFamily]:

@@ -15,12 +15,12 @@ from typing import Any, Callable, Optional
 from ..errors import LauncherError
 from ..server.config.local_config import LocalConfig
 from ..server.config.server_env import SETUP_COMMAND, locate_server_program
-from ..server.launch.versions import server_python
+from ..server.launch.versions import PINNED_RELEASE, SUPPORTED, server_python, supported_lines
 from .doctor_report import OK, PROBLEM, UNCHECKED, WARNING, Check
 
 # vllm major.minor -> the torch and diffusers it pins (docs/upstream-facts.md, "Version pins").
+# One entry per supported line (server/launch/versions.py SUPPORTED).
 PINS = {(0, 30): {"torch": "2.13", "diffusers": "0.40"}, (0, 26): {"torch": "2.11", "diffusers": "0.38"}}
-SUPPORTED = ((0, 30), (0, 26))
 
 _ENV_SCRIPT = r"""
 import json, sys, platform
@@ -108,8 +108,8 @@ def check_server_env(config: LocalConfig, runner: Callable[..., Any], timeout_s:
     if not vllm or not omni:
         missing = " and ".join(n for n, v in (("vllm", vllm), ("vllm-omni", omni)) if not v)
         checks.append(Check("server_env", PROBLEM, f"{base}: {missing} not installed",
-                            f"run `{SETUP_COMMAND}`, or in that environment pip install vllm==0.30.0 "
-                            "vllm-omni==0.30.0 (vllm-omni declares no vllm dependency)", env))
+                            f"run `{SETUP_COMMAND}`, or in that environment pip install vllm=={PINNED_RELEASE} "
+                            f"vllm-omni=={PINNED_RELEASE} (vllm-omni declares no vllm dependency)", env))
     else:
         vm, om = major_minor(vllm), major_minor(omni)
         if vm != om:
@@ -118,8 +118,8 @@ def check_server_env(config: LocalConfig, runner: Callable[..., Any], timeout_s:
                                 "'mismatched major/minor versions' and then misbehaves)", env))
         elif om not in SUPPORTED:
             checks.append(Check("server_env", WARNING, f"{base}: {om[0]}.{om[1]} is not a version this launcher "
-                                "was checked against (0.30, 0.26)",
-                                "use vllm-omni 0.30.0 with vllm 0.30.0", env))
+                                f"was checked against ({supported_lines()})",
+                                f"use vllm-omni {PINNED_RELEASE} with vllm {PINNED_RELEASE}", env))
         else:
             pins = PINS[om]
             issues = []

@@ -11,6 +11,7 @@ from typing import Any
 from .gpus import GpuInfo
 
 OK, WARNING, PROBLEM, UNCHECKED = "ok", "warning", "problem", "unchecked"
+VERDICT_NAMES = 24      # characters of check names the verdict line lists (the Doctor node shows ~40)
 
 
 @dataclass
@@ -39,6 +40,7 @@ class DoctorReport:
     peers: list[dict[str, Any]] = field(default_factory=list)
     server_env: dict[str, Any] = field(default_factory=dict)
     role: str = GPUS_UNKNOWN           # GPU_BOX, CLIENT_ONLY or GPUS_UNKNOWN
+    gpu_source: str = ""               # where `gpus` came from when not NVML (the GPU-memory variable)
 
     @property
     def problems(self) -> list[Check]:
@@ -65,24 +67,28 @@ class DoctorReport:
             return ("client-only box: no NVIDIA GPU, so it cannot run a local server; use a server on a GPU machine "
                     "(Remote Server node, or `generate --url URL`)")
         if self.role == GPU_BOX:
-            return f"GPU box: {len(self.gpus)} GPU(s), it can run a local server"
+            source = f" ({self.gpu_source})" if self.gpu_source else ""
+            return f"GPU box: {len(self.gpus)} GPU(s){source}, it can run a local server"
         return "GPUs unknown: NVML could not tell whether this box has any"
 
     def verdict(self) -> str:
         """The report's head: a first line short enough for the Doctor node at its default size (two
         lines of about 20 characters show: "FAIL: 1 problem (server_env)"), then what the box is,
         then the first fix."""
-        def named(checks: list[Check], word: str) -> str:
-            return f"{len(checks)} {word}{'s' if len(checks) != 1 else ''} ({', '.join(c.name for c in checks)})"
-        parts = [named(self.problems, "problem")] if self.problems else []
-        parts += [named(self.warnings, "warning")] if self.warnings else []
+        def named(checks: list[Check], word: str, names: bool) -> str:
+            counted, listed = f"{len(checks)} {word}{'s' if len(checks) != 1 else ''}", ", ".join(c.name for c in checks)
+            return f"{counted} ({listed})" if names and len(listed) <= VERDICT_NAMES else counted
+        # The problems are named (the fix below is the first one's); warnings only where there is no problem,
+        # so the line stays short enough for the node.
+        parts = [named(self.problems, "problem", True)] if self.problems else []
+        parts += [named(self.warnings, "warning", not self.problems)] if self.warnings else []
         head = f"{'FAIL' if self.problems else 'OK'}: {'; '.join(parts) or 'no problems'}"
         text = f"{head}\n{self.box()[0].upper()}{self.box()[1:]}."
         first = self.problems[0] if self.problems else None
         return text + (f"\nFirst fix, {first.name}: {first.fix}" if first is not None and first.fix else "")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "verdict": self.verdict(), "role": self.role,
+        return {"ok": self.ok, "verdict": self.verdict(), "role": self.role, "gpu_source": self.gpu_source or "NVML",
                 "checks": [c.to_dict() for c in self.checks],
                 "gpus": [g.to_dict() for g in self.gpus], "peers": self.peers, "server_env": self.server_env,
                 "problems": len(self.problems), "warnings": len(self.warnings),

@@ -10,23 +10,25 @@ send any count, so it is capped (`MAX_GPUS`) before a list is built.
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import asdict, dataclass
 from typing import Any, Optional, Sequence
 
 from ..errors import SpecError
-from ..server.launch.spec import parse_gpus
+from ..server.config.config_values import shown
+from ..server.launch.spec import MAX_GPUS, parse_gpus
 
 GIB = 1024 ** 3
-# More GPUs than one machine holds (the largest NVSwitch systems have 16 to 72): a count or a
-# size list above it is a typo or a hostile workflow, refused before any list is built.
-MAX_GPUS = 128
 # NVML's own codes for "no NVIDIA driver here" (NVML_ERROR_LIBRARY_NOT_FOUND, _DRIVER_NOT_LOADED):
 # unlike a permission or an unknown error, they mean this machine has no GPU a server could use.
 _NO_DRIVER_CODES = (12, 9)
 
 # Marketing "GB" of GPU cards is GiB in practice (an "80 GB" H100 shows 81,559 MiB, a
 # "24 GB" 4090 24,564 MiB), so hypothetical GPUs given as `--gpu-memory 24,24` are GiB.
+# No GPU comes near this size (the largest in 2026 hold under 300 GiB): a size above it is a
+# typo ("80000" for 80) or a hostile value, refused like NaN and infinity.
+MAX_GPU_GIB = 4096.0
 
 
 @dataclass(frozen=True)
@@ -71,25 +73,31 @@ def hypothetical_gpus(memory_gib: Sequence[float], name: str = "") -> list[GpuIn
 
 
 def parse_gpu_memory(text: str) -> list[float]:
-    """'24,24' -> [24.0, 24.0]; '2x80' -> [80.0, 80.0]; '141' -> [141.0]."""
+    """'24,24' -> [24.0, 24.0]; '2x80' -> [80.0, 80.0]; '141' -> [141.0] (GiB).
+
+    Every size is a finite number above 0 and at most MAX_GPU_GIB, and every comma separates
+    two sizes: '24,' is refused rather than read as one GPU, NaN rather than compared as false."""
+    example = "write sizes in GiB separated by commas, e.g. 24,24 or 80 or 2x141"
+    parts = text.replace(" ", "").lower().split(",")
+    if parts == [""]:
+        raise ValueError(f"no GPU memory sizes given: {example}")
     out: list[float] = []
-    for part in text.replace(" ", "").lower().split(","):
+    for part in parts:
         if not part:
-            continue
-        count = 1
-        if "x" in part:
-            head, _, part = part.partition("x")
-            count = int(head)
-        part = part.removesuffix("gib").removesuffix("gb")
-        value = float(part)
-        if value <= 0 or count < 1:
-            raise ValueError(f"GPU memory '{text}' must be positive sizes in GB, e.g. 24,24 or 2x80")
+            raise ValueError(f"{shown(text)} has an empty size between commas: {example}")
+        head, times, size = part.rpartition("x")
+        try:
+            count = int(head) if times else 1
+            value = float(size.removesuffix("gib").removesuffix("gb"))
+        except ValueError:
+            raise ValueError(f"{shown(part)} is not a size: {example}") from None
+        if not (math.isfinite(value) and 0 < value <= MAX_GPU_GIB) or count < 1:
+            raise ValueError(f"{shown(part)} is not a GPU size: each must be a number above 0 and at most "
+                             f"{MAX_GPU_GIB:g} GiB, with a count of at least 1 ({example})")
         if count > MAX_GPUS or len(out) + count > MAX_GPUS:
-            raise ValueError(f"GPU memory '{text}' lists more than {MAX_GPUS} GPUs; write one size per GPU "
+            raise ValueError(f"{shown(text)} lists more than {MAX_GPUS} GPUs; write one size per GPU "
                              "of one machine, e.g. 2x80")
         out += [value] * count
-    if not out:
-        raise ValueError("no GPU memory sizes given (write e.g. 24,24 or 80)")
     return out
 
 
@@ -274,10 +282,11 @@ def select_gpus(text: str, visible: list[int]) -> Optional[tuple[int, ...]]:
     try:
         count = int(text.split("=", 1)[1])
     except ValueError as exc:
-        raise SpecError(f"GPU count '{text}' is not a number", "expected count=N", "write e.g. count=2",
-                        setting="gpus") from exc
-    if not 1 <= count <= MAX_GPUS:
-        raise SpecError(f"GPU count {count} is out of range", f"count=N takes 1 to {MAX_GPUS} GPUs of this machine",
+        raise SpecError(f"gpus got {shown(text)}, whose count is not a number", "expected count=N",
+                        "write e.g. count=2", setting="gpus") from exc
+    if not 1 <= count <= MAX_GPUS:             # the count as the workflow wrote it, cut: it may have 4000 digits
+        raise SpecError(f"gpus got {shown(text)}, a GPU count out of range",
+                        f"count=N takes 1 to {MAX_GPUS} GPUs of this machine",
                         "write e.g. count=2, or all", setting="gpus")
     ids = visible or list(range(count))
     if count > len(ids):

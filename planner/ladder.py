@@ -2,12 +2,15 @@
 
 The ladder, fastest first (every rung is a LaunchSpec that passes `spec.validate()`):
 
-1. A 2-way parallel mode without offload, VAE patch parallel 2 (tiling comes with it):
-   with CFG on, CFG parallel (H200: 1.98x per step, docs/upstream-facts.md) before
-   Ulysses (1.91x); with CFG off, Ulysses (CFG parallel would leave a GPU idle). One GPU:
-   no offload.
-2. The same plus HSDP (DiT weights sharded over the two GPUs, gathered block by block),
-   then tensor parallel 2 (DiT split; text encoder replicated; HSDP and TP exclude each other).
+1. A parallel mode over all the GPUs without offload, each with VAE patch parallel = the degree (a
+   tiled decode spread over the GPUs) and without it (an untiled decode on each GPU, faster per clip
+   but more memory): with CFG on and 2 GPUs, CFG parallel (H200: 1.98x per step,
+   docs/upstream-facts.md) before Ulysses (1.91x); with CFG off (guidance 1, or a step-distilled
+   model, which never runs CFG), Ulysses (CFG parallel would leave a GPU idle). One GPU: no offload.
+2. The same plus HSDP (DiT weights sharded over the GPUs, gathered block by block), then tensor
+   parallel (DiT split; text encoder replicated; HSDP and TP exclude each other), at a degree that
+   splits both the attention heads and the feed-forward width evenly
+   (spec_rules.tensor_parallel_degrees: not on 3 GPUs).
 3. Module CPU offload (text encoder and DiT experts take turns on the GPU) with the parallel
    modes above, which still beats one GPU; then one GPU without offload.
 4. Layerwise offload (DiT blocks streamed from host RAM) on one GPU, single-card only upstream
@@ -17,10 +20,13 @@ The ladder, fastest first (every rung is a LaunchSpec that passes `spec.validate
    quality loss would be silent. Memory is better bought with offload, which is exact.
    With `speed` "fast" (Serving Config), the levers measured faster on the server's line
    (speed_costs.fast_levers: FP8 on 0.30) join every rung and are ranked by cost instead.
-6. Nothing fits: the largest frame count, then the largest frame size, that the leanest
-   rung fits. Nothing fits at all: FP8 stays off, but the answer names the FP8 configuration
-   the same walk with FP8 allowed finds (recommendation.fp8_way_out), or says even FP8 does not fit.
+6. Nothing fits: the largest frame count any rung fits at the request's size (the fastest of the
+   rungs that fit that many), then the largest frame size. Nothing fits at all: FP8 stays off, but
+   the answer names the FP8 configuration the same walk with FP8 allowed finds
+   (recommendation.fp8_way_out), or says even FP8 does not fit; where host RAM alone is the limit,
+   the answer says so with its figures.
 
+One-GPU rungs run on the GPU with the most memory (mixed sizes: 24,141 runs on the 141).
 VAE tiling is tried at each one-GPU rung (without, then with) instead of only at the end.
 
 The order is not fixed: the rungs are sorted (stably) by their expected engine time relative to
@@ -29,15 +35,13 @@ where they come from), for the line the server runs (`server_version`; the pinne
 given; the memory estimates follow the same line, planner/calibration.py). On 0.26 offload is what
 costs (module +32% engine time, layerwise nothing, tiling a few seconds), so tiling comes first; on
 0.30 the tiled decode is what costs (about 4x the untiled one: +15 s a clip at 1280x704x121, where
-layerwise offload costs under a second), so every untiled rung comes before every tiled one. Either
-way a parallel mode with offload comes before one GPU without it.
+layerwise offload costs under a second), so untiled rungs, VAE patch off included, usually come
+first. Either way a parallel mode with offload comes before one GPU without it.
 
 What a walk answers, the rungs and the recommendation, is in planner/recommendation.py.
 
-Two GeForce cards without peer-to-peer access: CFG parallel exchanges one latent-sized
-prediction per step, while Ulysses and TP run all-to-all / all-reduce in every layer over
-PCIe through host memory (NVIDIA/nccl #1309, raylight #22, xDiT #526/#553), so every CFG
-rung comes before any Ulysses/TP rung, and the recommendation says so.
+Two GPUs without peer-to-peer access (or two GeForce cards where it is unknown) reorder the ladder:
+planner/peer_links.py owns that policy.
 """
 from __future__ import annotations
 
@@ -48,13 +52,15 @@ from ..errors import LauncherError, SpecError
 from ..models import WanFamily
 from ..server.launch.flags import Version
 from ..server.launch.spec import LaunchSpec, MemoryConfig, ParallelConfig
+from ..server.launch.spec_rules import tensor_parallel_degrees
 from .gpus import GpuInfo, hypothetical_gpus, load_nvml, peer_status, query_gpus
 from .memory import plan
 from .memory_plan import MemoryPlan
 from .model_sizes import ModelSizes, model_sizes
+from .peer_links import p2p_links
 from .recommendation import Recommendation, Rung, fp8_way_out
 from .request_shape import RequestShape
-from .speed_costs import FAST_NOT_CHOSEN, cost_text, fast_levers, speed_cost
+from .speed_costs import FAST_NOT_CHOSEN, cost_text, family_runs_cfg, fast_levers, speed_cost
 
 GpuArg = Union[None, Sequence[GpuInfo], Sequence[float]]
 # where something fits; where nothing does, the answer says what FP8 would fit instead (`recommend`)
@@ -108,9 +114,11 @@ def build_ladder(base: LaunchSpec, gpus: Sequence[GpuInfo], request: RequestShap
     notes: list[str] = []
     n = len(gpus)
     ids = tuple(g.index for g in gpus)
-    one = (ids[0],) if n > 1 else (base.gpus if base.gpus is not None and len(base.gpus) == 1 else None)
+    # one GPU: the roomiest (mixed sizes: 24,141 runs on the 141), first of equals
+    one = (max(gpus, key=lambda g: g.available_gib).index,) if n > 1 else (
+        base.gpus if base.gpus is not None and len(base.gpus) == 1 else None)
     keep_mem = dict(vae_slicing=False)
-    geforce_no_p2p = n == 2 and all(g.is_geforce for g in gpus) and p2p is not True
+    links = p2p_links(gpus, p2p)
     rungs: list[Rung] = []
 
     def add(spec: LaunchSpec, label: str, speed: str, tiling_variant: bool = True) -> None:
@@ -123,34 +131,23 @@ def build_ladder(base: LaunchSpec, gpus: Sequence[GpuInfo], request: RequestShap
     if n >= 2:
         deg = n
         uly_mode = "strict" if family.attention_heads % deg == 0 else "advanced_uaa"
-        vp = deg
-        uly = ParallelConfig("ulysses", deg, vp, ulysses_mode=uly_mode)
-        cfgp = ParallelConfig("cfg", 2, 2) if n == 2 else None
-        tp = ParallelConfig("tensor", deg, vp)
-        cfg_first = request.cfg and cfgp is not None
-        fast: list[tuple[ParallelConfig, str, str]] = []
-        if cfg_first:
-            fast.append((cfgp, "CFG parallel 2 + VAE patch 2", "about 1.9-2x per step (one CFG branch per GPU)"))
-            fast.append((uly, f"Ulysses {deg} + VAE patch {vp}", "about 1.8-1.9x per step (all-to-all every layer)"))
-        else:
-            fast.append((uly, f"Ulysses {deg} + VAE patch {vp}", "about 1.8-1.9x per step (all-to-all every layer)"))
-        hsdp_variants = [(replace(pc, hsdp=True), lbl + " + HSDP", spd + "; weights gathered per block (slower)")
-                         for pc, lbl, spd in fast]
-        multi = fast + hsdp_variants + [(tp, f"tensor parallel {deg} + VAE patch {vp}",
-                                         "DiT split; an all-reduce per layer (speed unmeasured for Wan)")]
-        if geforce_no_p2p:
-            if request.cfg:
-                notes.append("two GeForce GPUs without peer-to-peer access: every CFG-parallel configuration "
-                             "(even with offload) is tried before Ulysses/tensor parallel, because CFG parallel "
-                             "exchanges one prediction per step while Ulysses/TP exchange activations in every "
-                             "layer over PCIe through host memory (often slower than one GPU)")
-            else:
-                notes.append("two GeForce GPUs without peer-to-peer access and CFG off: Ulysses/TP exchange "
-                             "activations in every layer over PCIe and may be slower than one GPU; "
-                             "CFG parallel needs CFG on (guidance > 1)")
-        elif n == 2 and p2p is None and any(g.is_geforce for g in gpus):
-            notes.append("peer-to-peer access between the GPUs is unknown; GeForce cards usually lack it, "
-                         "which makes Ulysses/TP slow: run `doctor` to check")
+        at = "" if deg == 2 else f"; measured at 2 GPUs only, counted as 2-way at {deg}"
+        modes = [(ParallelConfig("ulysses", deg, ulysses_mode=uly_mode), f"Ulysses {deg}",
+                  "about 1.8-1.9x per step (all-to-all every layer)" + at)]
+        if family_runs_cfg(family, request.cfg) and n == 2:
+            modes.insert(0, (ParallelConfig("cfg", 2), "CFG parallel 2",
+                             "about 1.9-2x per step (one CFG branch per GPU)"))
+        modes += [(replace(pc, hsdp=True), lbl + " + HSDP", spd + "; weights gathered per block (slower)")
+                  for pc, lbl, spd in modes]     # HSDP overlays these, never TP (spec_rules)
+        if deg in tensor_parallel_degrees(family, deg):   # 3 GPUs: no even split of the heads (spec_rules)
+            modes.append((ParallelConfig("tensor", deg), f"tensor parallel {deg}",
+                          "DiT split; an all-reduce per layer (speed unmeasured for Wan)"))
+        # each mode with VAE patch parallel (a tiled decode spread over the GPUs) and without (untiled): which
+        # is faster depends on the size (speed_costs), and the untiled decode needs more memory per GPU
+        for pc, lbl, spd in modes:
+            multi.append((replace(pc, vae_patch=deg), f"{lbl} + VAE patch {deg}", spd))
+            multi.append((pc, f"{lbl} + untiled VAE decode", spd + "; untiled VAE decode on each GPU"))
+        notes += links.notes(family_runs_cfg(family, request.cfg))
         for pc, lbl, spd in multi:
             add(_with(base, ids, pc, MemoryConfig(**keep_mem)), lbl, spd, tiling_variant=False)
     # one GPU, no offload
@@ -179,17 +176,7 @@ def build_ladder(base: LaunchSpec, gpus: Sequence[GpuInfo], request: RequestShap
     rungs.sort(key=lambda r: costs[id(r)])   # stable: ties keep the order above
     for r in rungs:
         r.speed += f"; {cost_text(costs[id(r)])}"
-    if geforce_no_p2p:
-        def order(r: Rung) -> int:
-            p, off = r.spec.parallel, r.spec.memory.offload
-            if p.mode == "cfg":
-                return 0
-            if p.world_size == 1 and off == "none":
-                return 1
-            if p.world_size > 1:
-                return 2
-            return 3
-        rungs.sort(key=order)   # stable: keeps the speed order inside each group
+    rungs.sort(key=links.group)   # stable: keeps the speed order inside each group
     if allow_fp8 and not fast:
         for r in list(rungs):
             if r.spec.memory.vae_tiling or r.spec.parallel.vae_patch > 1:
@@ -213,6 +200,7 @@ def build_ladder(base: LaunchSpec, gpus: Sequence[GpuInfo], request: RequestShap
         except SpecError as exc:
             r.fits, r.why_not = False, f"not a valid configuration: {exc.what}"
             continue
+        r.warnings += [w for w in (links.warning(r),) if w]
         out.append(r)
     return out, notes
 
@@ -269,6 +257,22 @@ def _max_frames(spec: LaunchSpec, request: RequestShape, gpus: Sequence[GpuInfo]
     return 4 * lo + 1
 
 
+def _nothing_fits(rungs: Sequence[Rung]) -> str:
+    """Why nothing fits: host RAM, with its figures and what to change, when it is the only limit of some rung
+    (its GPUs fit); else the model's weights on these GPUs."""
+    ram_only = [r for r in rungs if r.plan is not None and r.plan.host_ram.get("ok") is False
+                and all(g.fits is not False for g in r.plan.gpus)]
+    if ram_only:
+        r = min(ram_only, key=lambda r: r.plan.host_ram["needed_gib"])   # type: ignore[union-attr]
+        host = r.plan.host_ram   # type: ignore[union-attr]
+        return (f"host RAM is the limit: the GPUs would fit {r.label}, but its offloaded weights need "
+                f"{host['needed_gib']:.0f} GiB of host RAM and {host['available_gib']:.0f} GiB is available; free "
+                "host RAM (close other programs or servers), or, planning for a machine with more, give its RAM "
+                "with --host-ram GB")
+    return ("even the leanest configuration (layerwise offload, tiled VAE) does not fit these GPUs; the model's "
+            "weights are the limit")
+
+
 def _smaller_sizes(family: WanFamily, request: RequestShape) -> list[tuple[int, int]]:
     m = family.size_multiple
     out = []
@@ -312,12 +316,7 @@ def recommend(model: Union[str, LaunchSpec], request: Optional[RequestShape] = N
                                        speed=speed)
     notes += ladder_notes
     rejected: list[Rung] = []
-    geforce_no_p2p = len(gpu_list) == 2 and all(g.is_geforce for g in gpu_list) and p2p is not True
     for r in rungs:
-        if geforce_no_p2p and r.spec.parallel.mode in ("ulysses", "tensor", "ring"):
-            r.warnings.append(f"{r.label} exchanges activations in every layer; without peer-to-peer access "
-                              "that goes through host memory and may be slower than one GPU (if NCCL hangs, "
-                              "set NCCL_P2P_DISABLE=1)")
         evaluate_rung(r, asked, gpu_list, sizes, host_available_gib, v)
         if r.fits:
             faster = len(rejected)
@@ -332,15 +331,23 @@ def recommend(model: Union[str, LaunchSpec], request: Optional[RequestShape] = N
                                   max_frames=_max_frames(r.spec, asked, gpu_list, sizes, host_available_gib, v),
                                   gpus=gpu_list, speed=r.speed, server_version=v)
         rejected.append(r)
-    # nothing fits the request as asked: fewer frames, then smaller frames, on each rung
-    for r in rungs:
-        mf = _max_frames(r.spec, asked, gpu_list, sizes, host_available_gib, v, limit=asked.frames)
-        if mf is not None and mf >= min(min_frames, asked.frames):
-            req = replace(asked, frames=mf)
-            fit = _tried_at(r, req, gpu_list, sizes, host_available_gib, v)
+    # nothing fits the request as asked: the most frames any rung fits (the fastest of those that fit as many),
+    # preferring the rungs the links allow (peer_links.tiers), then smaller frames
+    tiers = p2p_links(gpu_list, p2p).tiers(rungs)
+    for tier in tiers:
+        most: Optional[tuple[int, Rung]] = None
+        for r in tier:
+            mf = _max_frames(r.spec, asked, gpu_list, sizes, host_available_gib, v, limit=asked.frames)
+            if mf is not None and mf >= min(min_frames, asked.frames) and (most is None or mf > most[0]):
+                most = (mf, r)
+        if most is not None:
+            mf, req = most[0], replace(asked, frames=most[0])
+            fit = _tried_at(most[1], req, gpu_list, sizes, host_available_gib, v)
             return Recommendation(spec=fit.spec, request=req, asked=asked, plan=fit.plan, label=fit.label,
                                   reason=f"nothing fits {asked.frames} frames at {asked.width}x{asked.height}; "
-                                         f"this is the fastest configuration that fits {mf} frames there",
+                                         f"this configuration fits the most frames there ({mf}; any faster one "
+                                         "fits fewer" + ("" if len(tiers) == 1 else ", or needs the peer-to-peer "
+                                                         "access these GPUs lack") + ")",
                                   rejected=rejected, notes=notes + fit.plan.notes, warnings=list(fit.warnings),
                                   max_frames=mf, gpus=gpu_list, speed=fit.speed, server_version=v)
     for w, h in _smaller_sizes(family, asked):
@@ -356,10 +363,8 @@ def recommend(model: Union[str, LaunchSpec], request: Optional[RequestShape] = N
                                       gpus=gpu_list, speed=fit.speed, server_version=v)
     leanest = rungs[-1] if rungs else None
     none = Recommendation(spec=None, request=asked, asked=asked, plan=leanest.plan if leanest else None,
-                          label="none", reason="even the leanest configuration (layerwise offload, tiled VAE) "
-                          "does not fit these GPUs; the model's weights or host RAM are the limit",
-                          rejected=rejected, notes=[n for n in notes if n != FP8_SKIPPED], gpus=gpu_list,
-                          server_version=v)
+                          label="none", reason=_nothing_fits(rungs), rejected=rejected,
+                          notes=[n for n in notes if n != FP8_SKIPPED], gpus=gpu_list, server_version=v)
     # Nothing fits: the same walk with FP8 allowed says which FP8 configuration would (FP8 stays opt-in)
     fp8_tried = any(r.spec.memory.quantization == "fp8" for r in rungs)
     none.way_out = fp8_way_out(none if fp8_tried else recommend(

@@ -24,9 +24,8 @@ the CLI's `argv`, `serve` and `generate` (from the launch options). It
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Callable, Literal, Optional, Sequence
 
 from ..errors import LauncherError, SpecError
 from ..server.config.local_config import LocalConfig
@@ -37,14 +36,15 @@ from ..server.launch.flags import Version
 from ..server.launch.spec import (CacheBackend, LaunchSpec, MemoryConfig, OffloadMode, ParallelConfig, ParallelMode,
                                   RuntimeConfig)
 from . import replica_plan
-from .gpus import GpuScan, parse_gpu_memory, scan_gpus, select_gpus, visible_indices
+from .explicit_fit import check_explicit_fit
+from .gpu_memory_env import GPU_MEMORY_ENV, env_gpu_memory, sizes_source
+from .gpus import GpuScan, scan_gpus, select_gpus, visible_indices
 from .ladder import recommend
 from .request_shape import RequestShape
 from .speed_costs import idle_cfg_warning
 from .step_down import step_down
 
 Fallback = Callable[[LaunchSpec, str], Optional[tuple[LaunchSpec, str]]]
-GPU_MEMORY_ENV = "VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB"   # for machines where NVML cannot see the GPUs
 AutoParallelMode = Literal["auto", ParallelMode]       # "auto": the memory planner decides
 Speed = Literal["exact", "fast"]                       # what `auto` may trade for speed (speed_costs.fast_levers)
 
@@ -82,6 +82,18 @@ class LaunchPlan:
     limit: Optional[RequestLimit] = None
     warnings: list[str] = field(default_factory=list)
     server_version: Version = versions.DEFAULT_VERSION   # the vLLM-Omni line the spec was validated against
+
+    def unsaid_warnings(self) -> list[str]:
+        """The warnings the text does not already give. An auto plan's text already lists its configuration's
+        warnings (those of `spec.validate`, which `warnings` repeats); the others (an idle CFG GPU, say) are
+        only in `warnings`."""
+        lines = self.text.splitlines()
+        return [w for w in self.warnings if f"warning: {w}" not in lines]
+
+    def report(self) -> str:
+        """The text and each warning it does not already give, as a `warning:` line: what the Local Server node
+        shows and `argv` prints."""
+        return "\n".join(self.text.splitlines() + [f"warning: {w}" for w in self.unsaid_warnings()])
 
 
 @dataclass(frozen=True)
@@ -151,11 +163,14 @@ def gpu_memory() -> tuple[list[int], list[float], str]:
     return visible, sizes, source
 
 
-def _machine_gpus() -> tuple[list[int], list[float], str, Optional[GpuScan]]:
-    """gpu_memory, and NVML's answer (None where the env override decided)."""
-    if os.environ.get(GPU_MEMORY_ENV):
-        sizes = parse_gpu_memory(os.environ[GPU_MEMORY_ENV])
-        return list(range(len(sizes))), sizes, f"GPU memory from {GPU_MEMORY_ENV}", None
+def _machine_gpus(given: Optional[Sequence[float]] = None) -> tuple[list[int], list[float], str, Optional[GpuScan]]:
+    """gpu_memory (or `given` sizes, for `argv --gpu-memory`), and NVML's answer (None where the sizes
+    did not come from NVML)."""
+    if given is not None:
+        return list(range(len(given))), list(given), "GPU memory given (--gpu-memory)", None
+    sizes = env_gpu_memory()
+    if sizes is not None:
+        return list(range(len(sizes))), sizes, sizes_source(sizes), None
     scan = scan_gpus()
     if not scan.gpus:
         return [], [], f"no GPU information ({scan.reason})", scan
@@ -203,7 +218,8 @@ def planning_version(config: LocalConfig) -> tuple[Optional[Version], str]:
 def resolve_launch(base: LaunchSpec, config: LocalConfig, *, gpus: str = "all", auto: bool = False,
                    allow_fp8: bool = False, auto_fallback: bool = False,
                    server_version: Optional[Version] = None, queued_jobs: int = 1, cfg: bool = True,
-                   starts: bool = True, speed: str = "exact") -> LaunchPlan:
+                   starts: bool = True, speed: str = "exact",
+                   gpu_sizes: Optional[Sequence[float]] = None) -> LaunchPlan:
     """The validated spec for these choices, planned when `auto`.
 
     base: the explicit settings (with `auto`, only its runtime, network and extra flags are kept).
@@ -219,8 +235,13 @@ def resolve_launch(base: LaunchSpec, config: LocalConfig, *, gpus: str = "all", 
     GPUs of this one are then not required.
     speed: "exact" or "fast": with `auto`, whether the planner may also use the levers measured faster
     on this line whose output differs (planner/ladder.py `build_ladder`, speed_costs.fast_levers).
+    gpu_sizes: plan for GPUs of these sizes (GiB) instead of this machine's (`argv --gpu-memory`, with
+    `starts` False).
+    Explicit settings whose load does not fit the known GPU sizes are refused when `starts`, and
+    warned about in the text otherwise (planner/explicit_fit.py).
     """
-    visible, sizes, source, scan = _machine_gpus()
+    visible, sizes, source, scan = _machine_gpus(gpu_sizes)
+    hypothetical = scan is None          # sizes from the environment or given: cards of those sizes
     base = replace(base, gpus=select_gpus(gpus, visible))
     if starts:
         require_local_server_platform()      # native Windows first: its way out is WSL2
@@ -229,12 +250,12 @@ def resolve_launch(base: LaunchSpec, config: LocalConfig, *, gpus: str = "all", 
     text = ""
     limit: Optional[RequestLimit] = None
     spec = base
-    pool = replica_plan.gpu_pool(visible, sizes, bool(os.environ.get(GPU_MEMORY_ENV)))
+    pool = replica_plan.gpu_pool(visible, sizes, hypothetical)
     if auto and sizes:
         chosen = sizes if base.gpus is None else [sizes[visible.index(g)] for g in base.gpus if g in visible]
         planner = replica_plan.recommend_for if base.replicas > 1 else recommend   # per replica, or one
         rec = planner(base, request=replace(RequestShape.default_for(base.family), cfg=cfg),
-                      gpus=chosen if os.environ.get(GPU_MEMORY_ENV) else None, allow_fp8=allow_fp8,
+                      gpus=chosen if hypothetical else None, allow_fp8=allow_fp8,
                       server_version=version, speed=speed)
         if rec.spec is None:
             others = "a smaller model (TI2V-5B), fewer frames or a smaller size, or more GPUs"
@@ -257,11 +278,10 @@ def resolve_launch(base: LaunchSpec, config: LocalConfig, *, gpus: str = "all", 
         text = f"auto: {source}; starting on one GPU without offload (the planner needs GPU memory sizes)"
     warnings = spec.validate(visible_gpus=len(visible) or None, version=version)
     warnings += [w for w in (idle_cfg_warning(spec, cfg),) if w]
-    if spec.replicas > 1 and sizes and not auto:
-        misfits = replica_plan.plan_replicas(spec, list(spec.gpus or visible), pool=pool,
-                                             server_version=version).misfits()
-        warnings += [f"The memory plan says {m} does not fit: expect an out-of-memory start; parallel mode "
-                     "auto plans each replica" for m in misfits]
+    if sizes and not auto:
+        misfit = check_explicit_fit(spec, spec.gpus or visible, visible, sizes, source, cfg=cfg,
+                                    server_version=version, refuse=starts)
+        text = misfit or text
 
     fallback: Optional[Fallback] = None
     if auto_fallback and sizes:

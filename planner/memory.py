@@ -96,7 +96,7 @@ def plan(spec: LaunchSpec, request: Optional[RequestShape] = None, gpus: GpuArg 
     placed, source = _resolve_gpus(spec, gpus, nvml)
     world = spec.parallel.world_size
     notes: list[str] = list(sizes.notes)
-    plans = [_rank_plan(spec, request, sizes, family, rank, world, placed[rank], cal, notes, lora_adapter_gib)
+    plans = [_rank_plan(spec, request, sizes, family, rank, world, placed[rank], cal, lora_adapter_gib)
              for rank in range(world)]
     fits: Optional[bool] = None if any(p.fits is None for p in plans) else all(p.fits for p in plans)
     host = _host_ram(spec, sizes, host_available_gib, cal) if spec.memory.offload != "none" else {}
@@ -126,8 +126,7 @@ def _loaded_experts(spec: LaunchSpec, sizes: ModelSizes) -> list[int]:
 
 
 def _rank_plan(spec: LaunchSpec, req: RequestShape, sizes: ModelSizes, family: WanFamily, rank: int, world: int,
-               gpu: Optional[GpuInfo], cal: dict[str, float], notes: list[str],
-               lora_adapter_gib: float = 0.0) -> GpuPlan:
+               gpu: Optional[GpuInfo], cal: dict[str, float], lora_adapter_gib: float = 0.0) -> GpuPlan:
     p, m = spec.parallel, spec.memory
     mode = p.mode
     sp = p.degree if mode in ("ulysses", "ring") else 1
@@ -215,7 +214,7 @@ def _rank_plan(spec: LaunchSpec, req: RequestShape, sizes: ModelSizes, family: W
         terms.append(MemoryTerm("VACE hints", hints, "denoise",
                                 f"the {sizes.dit.vace_blocks} VACE blocks' outputs, all held through the forward"))
         denoise += hints
-    if family.key in ("ti2v_5b", "fastwan_ti2v_5b"):      # both expand_timesteps (TI2V-5B's DiT)
+    if family.expand_timesteps:      # TI2V-5B's DiT (FastWan's too)
         temb = tok_rank * hidden_bytes * cal["temb_units_ti2v"] * req.batch / GIB
         terms.append(MemoryTerm("per-token timestep modulation", temb, "denoise",
                                 "TI2V-5B expand_timesteps: 6 x hidden fp32 per token"))
@@ -247,7 +246,7 @@ def _rank_plan(spec: LaunchSpec, req: RequestShape, sizes: ModelSizes, family: W
                                 "all-to-all / all-gather buffers the allocator keeps (fitted)"))
 
     # ---- VAE decode ---------------------------------------------------------------------
-    decode, dec_note, tiled = _vae_decode_gib(req, sizes, family, spec, rank, cal)
+    decode, dec_note, tiled = _vae_decode_gib(req, sizes, spec, rank, cal)
     terms.append(MemoryTerm("VAE decode", decode, "decode", dec_note + " [measured on H200]"))
     slack = cal["decode_server_slack_tiled" if tiled else "decode_server_slack"] * decode
     terms.append(MemoryTerm("VAE decode allocator slack", slack, "decode",
@@ -263,7 +262,7 @@ def _rank_plan(spec: LaunchSpec, req: RequestShape, sizes: ModelSizes, family: W
     if lora_load:
         phases["load"] = resident + lora_load
     if family.image_input == "required" or family.pipeline == "vace":
-        enc, enc_note = _vae_encode_gib(req, sizes, spec, cal, family.pipeline)
+        enc, enc_note = _vae_encode_gib(req, spec, cal, family.pipeline)
         what = {"vace": "VACE context: control video or blank", "s2v": "S2V reference and motion frames"}
         terms.append(MemoryTerm(f"VAE encode ({what.get(family.pipeline, 'I2V condition')})", enc, "encode",
                                 enc_note))
@@ -289,7 +288,7 @@ def _rank_plan(spec: LaunchSpec, req: RequestShape, sizes: ModelSizes, family: W
                    headroom_gib=headroom)
 
 
-def _vae_decode_gib(req: RequestShape, sizes: ModelSizes, family: WanFamily, spec: LaunchSpec, rank: int,
+def _vae_decode_gib(req: RequestShape, sizes: ModelSizes, spec: LaunchSpec, rank: int,
                     cal: dict[str, float]) -> tuple[float, str, bool]:
     """Decode working set on this rank (GiB, reserved, as measured in isolation), how it was counted,
     and whether it is tiled.
@@ -317,10 +316,10 @@ def _vae_decode_gib(req: RequestShape, sizes: ModelSizes, family: WanFamily, spe
     work = px_coef * h * w * req.batch / GIB
     return work + video * cal["video_copies"], \
         f"untiled: one latent frame at a time at {w}x{h} (flat in frames); video {video:.2f} GiB " \
-        "(--vae-use-tiling shrinks this)", False
+        "(VAE tiling shrinks this: Serving Config's vae_tiling, CLI --vae-tiling)", False
 
 
-def _vae_encode_gib(req: RequestShape, sizes: ModelSizes, spec: LaunchSpec, cal: dict[str, float],
+def _vae_encode_gib(req: RequestShape, spec: LaunchSpec, cal: dict[str, float],
                    pipeline: str) -> tuple[float, str]:
     """The encode phase's working set: the encoder's (per pixel of one frame, or one tile) plus the copies of
     the input video it holds. VACE holds more of them: the control video, its mask, and the inactive and
@@ -375,11 +374,13 @@ def _general_notes(spec: LaunchSpec, req: RequestShape, family: WanFamily, notes
                      f"against a real server on vLLM-Omni {measured} only (docs/wan-pipelines.md, section 7); "
                      "leave extra headroom")
     if spec.memory.vae_slicing and req.batch <= 1:
-        notes.append("--vae-use-slicing splits only a batch; at batch 1 it saves nothing")
+        notes.append("VAE slicing (--vae-slicing) splits only a batch; at batch 1 it saves nothing")
     if spec.memory.quantization == "fp8":
         notes.append("FP8 for Wan2.2 is not validated upstream (feature table: quantization not supported); "
                      "the estimate assumes linear weights at 1 byte")
     if spec.parallel.world_size > 1 and spec.parallel.vae_patch > 1 and not spec.memory.vae_tiling:
-        notes.append("VAE patch parallel turns VAE tiling on by itself (registry.py:475-480)")
+        # upstream: vllm_omni/diffusion/registry.py:475-480 (0.30) sets vae_use_tiling with patch parallel
+        notes.append("VAE patch parallel (Serving Config's vae_patch_parallel, CLI --vae-patch) turns VAE tiling "
+                     "on by itself")
     if spec.parallel.mode == "cfg" and not req.cfg:
         notes.append("CFG parallel with CFG off (guidance 1) leaves the second GPU idle: use ulysses instead")

@@ -112,7 +112,7 @@ class MemoryPlan:
     def text(self) -> str:
         fam = self.spec.family
         lines = [f"{fam.label}  {self.request.label()}  ({self.request.tokens(fam):,} tokens)",
-                 f"flags: {shlex.join(self.spec.flags()[1:]) or '(single GPU, no memory flags)'}",
+                 f"flags: {shlex.join(self.spec.flags())}",
                  f"sizes: {self.sizes.source}", f"calibrated for: {self.calibration_text}"]
         for g in self.gpus:
             name = f"GPU {g.gpu.index} {g.gpu.name} ({g.gpu.available_gib:.1f} GiB " \

@@ -112,27 +112,19 @@ _VAE = {"wan2.1": 126.9e6, "wan2.2": 704.7e6}
 _WAV2VEC2_XLSR53 = 315.47e6
 _UMT5_EMBEDDING = 256384 * 4096   # UMT5-XXL's token embedding (vocabulary x width)
 _S2V_AUDIO_DIR = "wav2vec2-large-xlsr-53-english"
-_SHAPES = {
-    "t2v_a14b": DitShape(layers=40, heads=40, head_dim=128, ffn_dim=13824, in_channels=16),
-    "i2v_a14b": DitShape(layers=40, heads=40, head_dim=128, ffn_dim=13824, in_channels=36),
-    "ti2v_5b": DitShape(layers=30, heads=24, head_dim=128, ffn_dim=14336, in_channels=48),
-    # docs/wan-pipelines.md: the repos' transformer configs (VACE: Wan2.1 14B / 1.3B plus its VACE
-    # blocks, counted in models/ dit_params_b; S2V: wan_s2v_14B; FastWan: the TI2V-5B DiT).
-    "vace_14b": DitShape(layers=40, heads=40, head_dim=128, ffn_dim=13824, in_channels=16, vace_blocks=8),
-    "vace_1_3b": DitShape(layers=30, heads=12, head_dim=128, ffn_dim=8960, in_channels=16, vace_blocks=15),
-    "s2v_14b": DitShape(layers=40, heads=40, head_dim=128, ffn_dim=13824, in_channels=16),
-    "fastwan_ti2v_5b": DitShape(layers=30, heads=24, head_dim=128, ffn_dim=14336, in_channels=48),
-}
 
 
 def builtin_sizes(family: WanFamily) -> ModelSizes:
+    """The sizes of `family`'s released repo: the DiT's parameters and shape as the family declares them
+    (models/families.py, one owner for family facts), the encoders and VAE from the table above."""
     vae_kind = "wan2.2" if family.vae_spatial == 16 else "wan2.1"
     return ModelSizes(
         family=family.key,
         dit_params=tuple([family.dit_params_b * 1e9] * family.experts),
         text_encoder_params=_UMT5_XXL,
         vae_params=_VAE[vae_kind],
-        dit=_SHAPES[family.key],
+        dit=DitShape(layers=family.layers, heads=family.attention_heads, head_dim=family.head_dim,
+                     ffn_dim=family.ffn_dim, in_channels=family.dit_in_channels, vace_blocks=family.vace_blocks),
         vae_kind=vae_kind,
         source=f"built-in table for {family.hf_id}",
         audio_encoder_params=_WAV2VEC2_XLSR53 if family.pipeline == "s2v" else 0.0,

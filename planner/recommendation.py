@@ -6,7 +6,6 @@ Both say which vLLM-Omni line the estimates were calibrated for.
 """
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -31,7 +30,7 @@ class Rung:
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "speed": self.speed, "flags": self.spec.flags()[1:],
+        return {"label": self.label, "speed": self.speed, "flags": self.spec.flags(),
                 "gpus": list(self.spec.gpus) if self.spec.gpus is not None else None,
                 "fits": self.fits, "why_not": self.why_not,
                 "peak_gib": None if self.plan is None else round(self.plan.peak_gib, 2),
@@ -73,7 +72,8 @@ class Recommendation:
     def to_dict(self) -> dict[str, Any]:
         return {
             "spec": self.spec.to_dict() if self.spec else None,
-            "flags": self.spec.flags()[1:] if self.spec else None,
+            "flags": self.spec.flags() if self.spec else None,
+            "command": self.command(),
             "label": self.label,
             "request": self.request.to_dict(),
             "asked": self.asked.to_dict(),
@@ -90,6 +90,11 @@ class Recommendation:
             "way_out": self.way_out,
         }
 
+    def command(self) -> Optional[str]:
+        """The recommended launch as a line to paste: `vllm serve MODEL --omni ...` (without `--omni`, vLLM does not
+        hand over to vLLM-Omni), rendered as `argv` renders it, less the address and port a launch adds."""
+        return self.spec.serve_command(["vllm"]).shell() if self.spec else None
+
     def text(self) -> str:
         lines = []
         if self.spec is None:
@@ -97,11 +102,8 @@ class Recommendation:
             if self.way_out:
                 lines.append(f"  {self.way_out}")
         else:
-            # shlex.join: the command must paste into a shell as it is (replicas' --stage-overrides is JSON)
-            command = shlex.join(["vllm", "serve", self.spec.model, *self.spec.flags()[1:]])
-            gpus = "" if self.spec.gpus is None else f"CUDA_VISIBLE_DEVICES={','.join(map(str, self.spec.gpus))} "
             lines.append(f"Recommended: {self.label}")
-            lines.append(f"  {gpus}{command}")
+            lines.append(f"  {self.command()}")
             lines.append(f"  why: {self.reason}")
             if self.speed:
                 lines.append(f"  expected speed: {self.speed}")

@@ -51,17 +51,6 @@ class ReplicaPlan:
     spec: LaunchSpec
     plans: list[MemoryPlan]
 
-    def misfits(self) -> list[str]:
-        """'replica 1 on GPUs 2,3 (peak 30.1 GiB, headroom -6.0 GiB)' for each replica that does not fit."""
-        out = []
-        for r, p in enumerate(self.plans):
-            if p.fits is False:
-                ids = ",".join(str(i) for i in (p.spec.gpus or ()))
-                room = p.min_headroom_gib
-                out.append(f"replica {r} on GPU(s) {ids} (peak {p.peak_gib:.1f} GiB"
-                           + ("" if room is None else f", headroom {room:+.1f} GiB") + ")")
-        return out
-
 
 def plan_replicas(spec: LaunchSpec, ids: Sequence[int], request: Optional[RequestShape] = None,
                   pool: Optional[list[GpuInfo]] = None, server_version: Optional[Version] = None) -> ReplicaPlan:

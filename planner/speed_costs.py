@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Optional
 
+from ..models import WanFamily
 from ..server.launch.flags import Version
 from ..server.launch.spec import LaunchSpec, MemoryConfig, ParallelConfig
 from .calibration import calibrated_line
@@ -33,7 +34,9 @@ from .request_shape import RequestShape
 #   seconds per job (counted as 0: the untiled rung is always tried first at each configuration).
 # Parallel modes, per step on 2 H200s (docs/upstream-facts.md, "H200 measurements"): CFG parallel 2
 # 1.98x, Ulysses 2 1.91x. Unmeasured, placed by what they add: HSDP gathers every block (+10%),
-# tensor parallel all-reduces every layer (1.5x assumed, behind HSDP).
+# tensor parallel all-reduces every layer (1.5x assumed, behind HSDP). Every factor is for degree 2,
+# the only degree measured: Ulysses/ring/TP over 3 or more GPUs are counted with the 2-way factor (no
+# gain assumed for the extra GPUs; the ladder's speed note says so).
 SPEED_COSTS: dict[str, float] = {
     "offload_none": 1.0, "offload_layerwise": 1.0, "offload_module": 1.32,
     "tiling": 1.0,
@@ -122,6 +125,13 @@ def cfg_runs(guidance: Optional[float], guidance_2: Optional[float] = None) -> b
     return guidance > 1.0 or (guidance_2 is not None and guidance_2 > 1.0)
 
 
+def family_runs_cfg(family: WanFamily, cfg: bool) -> bool:
+    """Whether a job of `family` runs CFG, given `cfg` (`cfg_runs` of its guidance): never for the
+    step-distilled ("dmd") pipelines, whose server forces guidance 1 and drops the negative prompt
+    whatever the request sends (vLLM-Omni 0.30 dmd2/mixin.py: do_classifier_free_guidance = False)."""
+    return cfg and family.pipeline != "dmd"
+
+
 def idle_cfg_warning(spec: LaunchSpec, cfg: bool) -> str:
     """What to tell the user when `spec` is CFG parallel and the jobs run no CFG ("" otherwise):
     the widget to change and the better choice."""
@@ -141,6 +151,7 @@ def speed_cost(spec: LaunchSpec, cfg: bool = True, request: Optional[RequestShap
     the family's), the parallel factors on the denoise loop only, so a tiled decode costs what it costs at
     that size; before 0.30: the factors in `SPEED_COSTS`."""
     p, m = spec.parallel, spec.memory
+    cfg = family_runs_cfg(spec.family, cfg)
     mode = "none" if p.mode == "cfg" and not cfg else p.mode
     parallel = SPEED_COSTS.get(f"parallel_{mode}", 1.0) * (SPEED_COSTS["hsdp"] if p.hsdp or p.mode == "hsdp" else 1.0)
     if calibrated_line(server_version) < (0, 30):

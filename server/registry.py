@@ -11,7 +11,13 @@ verified, healthy one with the same spec is adopted, any other verified one is s
 a pid that cannot be proven to be that server is never signalled. Across processes, the GPU
 lock (gpu_lock.py) refuses a second server on a GPU another launcher already uses.
 
-This is the one entry point for nodes and the CLI: they import the names below from here.
+It is also the one owner of which server a node's handle uses: a handle names the fingerprint of the
+spec it was planned for, and a job that planned again for itself (`auto` CFG parallel meeting jobs
+without CFG) records with `replan` the server it got; `find` follows that record for as long as the
+server it names is in the table, so every later job, report and stop of the handle reaches it.
+
+This is the one entry point for nodes and the CLI: they import the names below from here (the stop
+deadlines too, which a systemd unit's stop timeout must cover).
 """
 from __future__ import annotations
 
@@ -27,16 +33,18 @@ from .launch.spec import LaunchSpec
 from .logs.failures import LaunchCancelled, ServerFailure
 from .process import cancel_wait, timeouts
 from .process.process_group import group_members
+from .process.timeouts import REPLACE_STOP_S, STOP_S
 from .supervision import adoption
 from .supervision.multi_host import HeadRole, JoinRole, ServerRole
-from .supervision.status import Status, StatusCallback
+from .supervision.status import STOPPING, Status, StatusCallback
 from .supervision.supervisor import Fallback, Supervisor
 
 __all__ = ["Supervisor", "Status", "LaunchCancelled", "ServerFailure", "ServerRole", "HeadRole", "JoinRole",
-           "group_members", "all_servers", "find", "get_or_start", "stop", "stop_all", "install_exit_handlers",
-           "gpus_overlap"]
+           "group_members", "all_servers", "find", "replan", "get_or_start", "stop", "stop_all",
+           "install_exit_handlers", "gpus_overlap", "STOP_S", "REPLACE_STOP_S"]
 
 _servers: list[Supervisor] = []
+_replanned: dict[str, str] = {}        # fingerprint asked for -> fingerprint of the server a re-plan gave it
 _table_lock = threading.Lock()         # short: list edits and lookups
 _start_lock = threading.RLock()        # long: one get_or_start decision at a time
 _hooks_installed = False
@@ -49,12 +57,33 @@ def all_servers() -> list[Supervisor]:
 
 
 def find(fingerprint: str) -> Optional[Supervisor]:
-    """The supervisor for a spec fingerprint (as asked for, or as running after a fallback)."""
+    """The supervisor that serves jobs asked of a spec fingerprint: the server a re-plan gave it
+    (`replan`), else its own (as asked for, or as running after a fallback)."""
     with _table_lock:
-        for sup in _servers:
-            if fingerprint in (sup.requested_spec.fingerprint(), sup.spec.fingerprint()):
-                return sup
+        return _own(_replanned.get(fingerprint, fingerprint))
+
+
+def replan(asked: str, running: str) -> None:
+    """From now on the jobs asked of fingerprint `asked` use the server of fingerprint `running`, which a
+    re-plan for them started (`find` follows it until that server leaves the table); `running` equal to
+    `asked` (the re-plan came back to the handle's own spec) ends the record."""
+    with _table_lock:
+        if running == asked:
+            _replanned.pop(asked, None)
+        else:
+            _replanned[asked] = running
+
+
+def _own(fingerprint: str) -> Optional[Supervisor]:
+    """The supervisor of exactly this fingerprint (no re-plan followed); the caller holds the table lock."""
+    for sup in _servers:
+        if fingerprint in _fingerprints(sup):
+            return sup
     return None
+
+
+def _fingerprints(sup: Supervisor) -> tuple[str, str]:
+    return sup.requested_spec.fingerprint(), sup.spec.fingerprint()
 
 
 def _register(sup: Supervisor) -> None:
@@ -64,9 +93,14 @@ def _register(sup: Supervisor) -> None:
 
 
 def _unregister(sup: Supervisor) -> None:
+    """Forget a stopped or replaced server, and the re-plans that led to it: their handles' jobs plan
+    (and start) their server again, as for any server no longer running."""
     with _table_lock:
         if sup in _servers:
             _servers.remove(sup)
+        gone = _fingerprints(sup)
+        for asked in [asked for asked, running in _replanned.items() if running in gone]:
+            del _replanned[asked]
 
 
 def _lora_paths_in_use() -> list[str]:
@@ -106,7 +140,8 @@ def get_or_start(spec: LaunchSpec, config: Optional[LocalConfig] = None, *, fall
         if not cancel_wait.acquire(_start_lock, cancel_wait.quiet(should_cancel)):
             raise LaunchCancelled("waiting for another server start to finish")
     try:
-        sup = find(fingerprint)
+        with _table_lock:
+            sup = _own(fingerprint)                    # this spec's own server: a spec asked for is never re-planned
         if sup is not None:
             if keep_alive_minutes is not None:
                 sup.keep_alive_minutes = keep_alive_minutes
@@ -117,10 +152,10 @@ def get_or_start(spec: LaunchSpec, config: Optional[LocalConfig] = None, *, fall
                 if on_status is not None:
                     sup.listen(on_status, replay=True)
                 return sup
-            _stop_overlapping(spec, keep=sup)
+            _stop_overlapping(spec, keep=sup, on_status=on_status)
             sup.start(on_status, should_cancel=should_cancel)
             return sup
-        _stop_overlapping(spec)
+        _stop_overlapping(spec, on_status=on_status)
         owned = {s.pgid for s in all_servers()}
         adopted = adoption.sweep_left_behind(config, spec, owned, fallback, keep_alive_minutes)
         if adopted is not None:
@@ -141,17 +176,35 @@ def get_or_start(spec: LaunchSpec, config: Optional[LocalConfig] = None, *, fall
         _start_lock.release()
 
 
-def _stop_overlapping(spec: LaunchSpec, keep: Optional[Supervisor] = None) -> None:
+def _stop_overlapping(spec: LaunchSpec, keep: Optional[Supervisor] = None,
+                      on_status: Optional[StatusCallback] = None) -> None:
+    """Stop this process's servers on GPUs `spec` needs, telling the launch that asked (`on_status`)
+    which one stops and why, so a Local Server never stops another template's server silently."""
     for other in all_servers():
         if other is keep:
             continue
         if gpus_overlap(other.spec.gpus, spec.gpus) or gpus_overlap(other.requested_spec.gpus, spec.gpus):
+            if on_status is not None:
+                on_status(_stopping_status(other, spec))
             other.stop()
             _unregister(other)
 
 
+def _stopping_status(other: Supervisor, spec: LaunchSpec) -> Status:
+    """The new launch's status while `other` stops to free its GPUs."""
+    gpus = other.spec.gpus if other.spec.gpus is not None else other.requested_spec.gpus
+    one = gpus is not None and len(gpus) == 1
+    where = "all GPUs" if gpus is None else f"GPU{'' if one else 's'} {','.join(map(str, gpus))}"
+    freed = "it for" if one else "them for"
+    return Status(phase=STOPPING, text=f"Stopping {other.spec.model} on {where} to free {freed} {spec.model} "
+                  f"({'that server' if one else 'it'} starts again when a workflow needs it)", ready=False, pid=None,
+                  port=None, url=None,
+                  generation=0, fingerprint=spec.fingerprint(), requested_fingerprint=spec.fingerprint())
+
+
 def stop(fingerprint: str, timeout: float = timeouts.STOP_S) -> bool:
-    """Stop and forget the server with this fingerprint; False when there was none."""
+    """Stop and forget the server that serves this fingerprint (`find`: a re-plan's server); False when
+    there was none."""
     sup = find(fingerprint)
     if sup is None:
         return False

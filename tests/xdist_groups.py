@@ -43,7 +43,7 @@ _C = "tests/contract/"
 _FAULTS, _LIFE = _C + "test_supervisor_faults.py::", _C + "test_supervisor_lifecycle.py::"
 KNOWN_COST_S: dict[str, float] = {
     # groups (one worker each): the shared stubs' modules, the resolver's, a module's own server
-    _C + "test_stub_server_shared_stubs.py": 100, _C + "test_stub_server_own_stubs.py": 100,
+    _C + "test_stub_server_serves_like_upstream.py": 100, _C + "test_stub_server_refuses_and_fails_like_upstream.py": 100,
     _C + "test_client_stub.py": 130,
     _C + "test_spec_contract.py": 80, _C + "test_cancel_stub.py": 80,
     _C + "test_nodes_stub.py::test_local_server_handle_is_small_and_secret_free": 80,

@@ -77,7 +77,8 @@ def shown(raw: Any) -> str:
     if isinstance(raw, bool) or raw is None:
         return json.dumps(raw)
     if isinstance(raw, (int, float)):
-        return f"the number {raw}"
+        text = str(raw)                 # a workflow's integer may have thousands of digits
+        return f"the number {text}" if len(text) <= 40 else f"a number of {len(text)} digits"
     return "a list" if isinstance(raw, list) else "an object"
 
 

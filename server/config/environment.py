@@ -1,7 +1,8 @@
 """The environment a launched server process gets: only what vLLM-Omni needs.
 
 ComfyUI's own environment holds things the server must never see -- the launcher's remote
-API keys (VLLM_OMNI_LAUNCHER_*), a VLLM_API_KEY meant for something else, ComfyUI's
+API keys (VLLM_OMNI_LAUNCHER_*, and any variable a remote server's `api_key_env` names, even
+one with an allow-listed prefix), a VLLM_API_KEY meant for something else, ComfyUI's
 PYTHONPATH (which would shadow the server venv's packages) and whatever else the user's
 shell exports. So the child starts from an allow-list of the parent's variables (system
 basics, CUDA / NVIDIA / NCCL / NVSHMEM (e.g. NVSHMEM_DISABLE_NVLS=1, which hosts without NVLink
@@ -59,9 +60,12 @@ INHERITED_PREFIXES = (
 )
 
 
-def is_inherited(name: str) -> bool:
-    """Whether the parent's variable `name` reaches the server."""
-    return not is_reserved_name(name) and (name in INHERITED_NAMES or name.startswith(INHERITED_PREFIXES))
+def is_inherited(name: str, key_variables: frozenset[str] = frozenset()) -> bool:
+    """Whether the parent's variable `name` reaches the server. `key_variables`: the ones the local
+    config reads remote servers' keys from (LocalConfig.key_variables), withheld whatever their
+    prefix: an `api_key_env` may well be called VLLM_... or HF_..."""
+    return (name not in key_variables and not is_reserved_name(name)
+            and (name in INHERITED_NAMES or name.startswith(INHERITED_PREFIXES)))
 
 
 INDUCTOR_CACHE = "TORCHINDUCTOR_CACHE_DIR"
@@ -101,12 +105,14 @@ def without_comfyui_allocator(value: str) -> str:
 
 def server_environment(parent: Mapping[str, str], config: LocalConfig, launch_env: Mapping[str, str],
                        compile_cache: Optional[Callable[[], Path]] = None) -> dict[str, str]:
-    """The child's environment: allow-listed `parent` variables (minus ComfyUI's allocator
-    choice and torch's own cache defaults), then `config.extra_env` (the config refuses reserved
-    names there), then the folder `compile_cache()` makes when neither named a compile cache
-    (called only then: a user's own cache needs none of ours), then `launch_env`, each layer
-    overriding the last."""
-    env = {name: value for name, value in parent.items() if is_inherited(name) and not set_by_torch(name, value)}
+    """The child's environment: allow-listed `parent` variables (minus the ones remote servers'
+    keys come from, ComfyUI's allocator choice and torch's own cache defaults), then
+    `config.extra_env` (the config refuses reserved names there), then the folder
+    `compile_cache()` makes when neither named a compile cache (called only then: a user's own
+    cache needs none of ours), then `launch_env`, each layer overriding the last."""
+    withheld = config.key_variables()
+    env = {name: value for name, value in parent.items()
+           if is_inherited(name, withheld) and not set_by_torch(name, value)}
     for name in ALLOC_CONF_NAMES:
         if name in env:
             kept = without_comfyui_allocator(env[name])

@@ -2,8 +2,9 @@
 
 A workflow JSON is shared by strangers, so the program to execute, the host to bind, remote
 code trust and where API keys go come only from here: a JSON file (`vllm_omni_launcher.json`
-in ComfyUI's user directory, or the path in VLLM_OMNI_LAUNCHER_CONFIG), overridden by
-environment variables. Nodes and the CLI read it; they never write it.
+in ComfyUI's user directory when ComfyUI loaded the pack, in ~/.config/vllm-omni-launcher for the
+command line, or the path in VLLM_OMNI_LAUNCHER_CONFIG), overridden by environment variables.
+Nodes and the CLI read it; they never write it.
 
 Each setting is declared once, as a `LocalConfig` field made with `settings.setting()` (the
 same declaration the launch spec and the Serving Config node use): its type, default, help
@@ -28,8 +29,10 @@ from typing import Any, Optional
 from urllib.parse import urlsplit
 
 from ...client.origins import origin
+from ...client.transport import Deadlines
 from ...errors import LauncherError
-from ...errors.config_names import CONFIG_FILE_NAME, ENV_PREFIX, comfy_user_dir, config_file_path, is_reserved_name
+from ...errors.config_names import (CLI_CONFIG_DIR, CONFIG_FILE_NAME, CONFIG_VAR, ENV_PREFIX, comfy_user_dir,
+                                    config_file_path, env_var, is_reserved_name)
 from ...errors.redact import mask_env, mask_url_password
 from .config_values import NotConvertible, convert, did_you_mean, env_error, expected, file_error, shown, type_word
 from .remote_servers import (ENV_SERVER_NAME, LEGACY_KEYS_KEY, REMOTE_KEY_VAR, REMOTE_URL_VAR, RemoteServer,
@@ -38,8 +41,9 @@ from .server_env import locate_server_program
 from .settings import Setting, setting, settings_of
 
 MACHINE_GPU_LOCK_DIR = "/tmp/vllm-omni-launcher-gpu-locks"     # one for every user: not TMPDIR, not the data dir
+_DEADLINES = Deadlines()                                        # the client's defaults, which the settings take
 __all__ = ["CONFIG_FILE_NAME", "ENV_PREFIX", "LocalConfig", "RemoteServer", "config_file_path", "config_reference",
-           "default_data_dir", "load_local_config", "origin"]
+           "default_data_dir", "load_local_config", "origin", "setting_env_var"]
 
 
 # ---- the settings ---------------------------------------------------------------------------
@@ -97,7 +101,8 @@ class LocalConfig:
         (), "the server program, split like a shell (the launcher appends `serve MODEL --omni ...`)",
         env="SERVER_CMD", default_text="`vllm` on PATH", check=_command, example=["/opt/vllm-env/bin/vllm"])
     server_env: Optional[str] = setting(
-        None, "venv made by `python -m vllm_omni_launcher setup`; the launcher runs its `bin/vllm`", check=_nonempty,
+        None, "venv made by `python -m vllm_omni_launcher setup` or `server/create_server_env.sh`; the launcher runs "
+        "its `bin/vllm`", check=_nonempty,
         default_text="`~/.local/share/vllm-omni-launcher/server-env` (under `$XDG_DATA_HOME` when set) if it holds "
         "`bin/vllm`, else `vllm` on PATH", example="~/vllm-omni-env")
     host: str = setting("127.0.0.1", "bind address of launched servers", check=_nonempty)
@@ -125,17 +130,20 @@ class LocalConfig:
                                                   example=1800)
     hang_timeout_s: float = setting(120.0, "`/health` failing this long while the process lives: restart",
                                      check=_positive)
-    connect_timeout_s: float = setting(5.0, "deadline to connect to a server", check=_positive)
-    first_byte_timeout_s: float = setting(30.0, "deadline for a server's first response byte", check=_positive)
-    body_timeout_s: float = setting(600.0, "deadline for a whole response body (video downloads)",
+    # the client's own deadlines are the defaults (one place for the numbers; Deadlines.from_config reads these)
+    connect_timeout_s: float = setting(_DEADLINES.connect_s, "deadline to connect to a server", check=_positive)
+    first_byte_timeout_s: float = setting(_DEADLINES.first_byte_s, "deadline for a server's first response byte",
+                                          check=_positive)
+    body_timeout_s: float = setting(_DEADLINES.body_s, "deadline for a whole response body (video downloads)",
                                      check=_positive)
     max_batch_clips: int = setting(8, "most clips one Generate Batch node may ask for (prompts x batch_count): "
                                    "every decoded clip is held in memory until the node returns (TI2V-5B "
                                    "1280x704x121 is 1.3 GB)", check=_positive, example=16)
     max_clip_memory_gib: Optional[float] = setting(
         None, "most memory (GiB) one clip's decoded frames may take (ComfyUI's IMAGE, float32: 12 bytes per pixel "
-        "per frame, frame interpolation included); a larger request is refused before it is sent, so no workflow "
-        "decides how much the launcher allocates", default_text="a quarter of this machine's RAM",
+        "per frame, frame interpolation included), and all of one Generate Batch's clips together (they are one "
+        "IMAGE array); a larger request is refused before it is sent, so no workflow decides how much the "
+        "launcher allocates", default_text="a quarter of this machine's RAM",
         check=_positive, example=32)
     replica_registration_host: str = setting(
         "127.0.0.1", "where `serve --accept-replicas PORT` binds the head's replica registration port and the "
@@ -187,15 +195,11 @@ class LocalConfig:
         server env's (made by `setup`), else PATH (the rule and its errors: server_env.py)."""
         return list(locate_server_program(self.server_command, self.server_env).command)
 
-    def remote_server(self, name_or_url: str) -> Optional[RemoteServer]:
-        """The configured server called `name_or_url`, else the first whose origin it has."""
-        if name_or_url in self.remote_servers:
-            return self.remote_servers[name_or_url]
-        try:
-            wanted = origin(name_or_url)
-        except LauncherError:
-            return None
-        return next((s for s in self.remote_servers.values() if s.origin == wanted), None)
+    def key_variables(self) -> frozenset[str]:
+        """The environment variables remote servers' keys are read from (`api_key_env`, and
+        REMOTE_API_KEY for the `env` server): whatever their prefix, never passed to a launched
+        server (environment.py), which could otherwise hand a remote server's key to anything it runs."""
+        return frozenset(s.key_env for s in self.remote_servers.values() if s.key_env)
 
     def api_key_for(self, url: str) -> Optional[str]:
         """The key configured for `url`'s exact origin, else None (also for a URL that is not valid):
@@ -231,8 +235,19 @@ def _example(s: Setting, raw: Any) -> str:
 
 
 def _env_var(s: Setting) -> Optional[str]:
+    """The variable declared for `s` (extra `env`: a name after the prefix, "" for the key upper-cased,
+    None for a file-only setting), spelled by errors/config_names.env_var."""
     env = s.extra.get("env", "")
-    return None if env is None else ENV_PREFIX + (env or s.name.upper())
+    return None if env is None else env_var(s.name, env)
+
+
+def setting_env_var(name: str) -> str:
+    """The variable of the setting called `name`, as its declaration gives it (a unit file or a
+    message that sets it); a file-only setting or an unknown name raises KeyError."""
+    var = next((_env_var(s) for s in _settings() if s.name == name), None)
+    if var is None:
+        raise KeyError(f"the launcher setting '{name}' has no environment variable")
+    return var
 
 
 def _read_file(path: Optional[Path]) -> dict[str, Any]:
@@ -306,7 +321,8 @@ def default_gpu_lock_dir() -> str:
 
 
 def default_data_dir() -> str:
-    """Where logs, state files and job storage go when the config names no data_dir."""
+    """Where logs, state files and job storage go when the config names no data_dir: beside the config
+    file in ComfyUI's user directory when ComfyUI loaded the pack, else ~/.cache (never by the current directory)."""
     user = comfy_user_dir()
     return str(user / "vllm_omni_launcher") if user else "~/.cache/vllm-omni-launcher"
 
@@ -315,8 +331,8 @@ def default_data_dir() -> str:
 def config_reference() -> str:
     """The settings as a markdown table (variable, file key, type, default, meaning), for the README."""
     rows = ["| variable | file key | type | default | meaning |", "|---|---|---|---|---|",
-            f"| `{ENV_PREFIX}CONFIG` | — | path | `user/{CONFIG_FILE_NAME}` in ComfyUI, else "
-            f"`~/.config/vllm-omni-launcher/{CONFIG_FILE_NAME}` | where this file is |"]
+            f"| `{CONFIG_VAR}` | — | path | `user/{CONFIG_FILE_NAME}` in ComfyUI, else "
+            f"`{CLI_CONFIG_DIR}/{CONFIG_FILE_NAME}` | where this file is |"]
     for s in _settings():
         var = _env_var(s)
         env_text = s.extra.get("env_doc") or (f"`{var}`" if var else "—")

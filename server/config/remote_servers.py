@@ -11,13 +11,13 @@ cache identity and the server a node or handle reaches (`remote_target`) read th
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
 from ...client.origins import origin
 from ...errors import LauncherError
-from ...errors.config_names import REMOTE_KEY_VAR, REMOTE_URL_VAR
+from ...errors.config_names import CONFIG_FILE_NAME, REMOTE_KEY_VAR, REMOTE_URL_VAR
 from .config_values import did_you_mean, env_error, file_error, shown
 
 ENV_SERVER_NAME = "env"            # the remote server the two variables above describe
@@ -33,6 +33,9 @@ class RemoteServer:
     name: str
     url: str
     api_key: Optional[str] = None
+    # The environment variable the key was read from (api_key_env), withheld from launched servers;
+    # where a key came from is not part of which server it is.
+    key_env: Optional[str] = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         origin(self.url)   # refuses userinfo, bad schemes and hosts before the server is usable
@@ -79,7 +82,7 @@ def remote_servers_from(data: Mapping[str, Any], path: Optional[Path], env: Mapp
             f"or configure it under \"remote_servers\" in {path}", setting=REMOTE_URL_VAR, kind="config")
     if url:
         try:
-            servers[ENV_SERVER_NAME] = RemoteServer(ENV_SERVER_NAME, url, key or None)
+            servers[ENV_SERVER_NAME] = RemoteServer(ENV_SERVER_NAME, url, key or None, REMOTE_KEY_VAR)
         except LauncherError as exc:
             raise env_error(REMOTE_URL_VAR, "remote_servers", exc.why, f"set {REMOTE_URL_VAR} to the server's "
                              "origin, e.g. http://gpu-box:8091, or unset it") from None
@@ -104,7 +107,7 @@ def _named_server(name: str, entry: Any, path: Optional[Path], env: Mapping[str,
     if "api_key" in entry and "api_key_env" in entry:
         raise file_error("remote_servers", path, f"'{where}' has both api_key and api_key_env",
                           "keep one of them")
-    key = entry.get("api_key")
+    key, var = entry.get("api_key"), None
     if "api_key_env" in entry:
         var = entry["api_key_env"]
         key = env.get(var, "").strip() if isinstance(var, str) else ""
@@ -115,7 +118,7 @@ def _named_server(name: str, entry: Any, path: Optional[Path], env: Mapping[str,
     if key is not None and (not isinstance(key, str) or not key):
         raise file_error("remote_servers", path, f"the api_key of '{where}' is not a non-empty string",
                           "write the key as a string, or remove api_key for a server without one")
-    return RemoteServer(name, url.strip(), key)
+    return RemoteServer(name, url.strip(), key, var)
 
 
 def _checked_origin(url: Any, where: str, path: Optional[Path]) -> str:
@@ -176,9 +179,9 @@ def remote_target(config: RemoteConfig, url: str, remote_name: str) -> tuple[str
         server = config.remote_servers.get(remote_name)
         if server is None:
             raise LauncherError(
-                f"Remote server '{remote_name}' is not configured on this machine",
+                f"Remote Server got {shown(remote_name)} as remote_server, which is not configured on this machine",
                 "Remote Server lists the servers named in this machine's launcher config (remote_servers)",
-                f"add '{remote_name}' to remote_servers in vllm_omni_launcher.json, or pick "
+                f"add that server to remote_servers in {CONFIG_FILE_NAME}, or pick "
                 f"'{USE_URL}' and type the server's URL", setting="remote_server")
         return remote_name, server.url.rstrip("/"), server.api_key
     base = url.strip().rstrip("/")

@@ -11,22 +11,58 @@ Precedence (explicit settings always win): `server_command`; `server_env` (an er
 holds no bin/vllm, rather than silently running something else); the default location when
 it holds bin/vllm; `vllm` on PATH. Every "cannot find the server" message prints
 SETUP_COMMAND. A local server needs Linux (or WSL2): platform_check refuses Windows first.
+
+SETUP_COMMAND is a command this very interpreter can run, since ComfyUI-Manager installs the
+pack without `pip install -e`: `<this python> -m vllm_omni_launcher setup` when the package is
+importable under that name (a portable or conda ComfyUI has no `python` of its own on PATH, so
+the interpreter is named), else `bash <the pack>/server/create_server_env.sh`, which needs no
+import at all.
 """
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
 from ...errors import LauncherError
-from ...errors.config_names import ENV_PREFIX
+from ...errors.config_names import env_var
 from .platform_check import require_local_server_platform
 
-SETUP_COMMAND = "python -m vllm_omni_launcher setup"
+PACKAGE = "vllm_omni_launcher"                  # the name `pip install -e` makes the pack importable by
+SETUP_SCRIPT = Path(__file__).resolve().parent.parent / "create_server_env.sh"
 _APP_DIR = "vllm-omni-launcher"
+
+
+def package_importable() -> bool:
+    """Whether a new process of this interpreter can `-m vllm_omni_launcher`: the import system's
+    finders are asked directly, never sys.modules (ComfyUI enters a custom node's folder there under
+    the folder's name, which says nothing about what a new process can import)."""
+    for finder in sys.meta_path:
+        find_spec = getattr(finder, "find_spec", None)
+        try:
+            if find_spec is not None and find_spec(PACKAGE, None) is not None:
+                return True
+        except (ImportError, ValueError, OSError):
+            continue
+    return False
+
+
+def setup_command(path: Optional[str] = None, *, importable: Optional[bool] = None) -> str:
+    """The command that creates (or repairs) the server env, at `path` or the default place, which
+    this machine can run as printed (the module docstring says which and why). `importable`:
+    package_importable(), asked when not given."""
+    if package_importable() if importable is None else importable:
+        command = f"{shlex.quote(sys.executable or 'python3')} -m {PACKAGE} setup"
+        return command + (f" --path {shlex.quote(path)}" if path else "")
+    return f"bash {shlex.quote(str(SETUP_SCRIPT))}" + (f" {shlex.quote(path)}" if path else "")
+
+
+SETUP_COMMAND = setup_command()
 
 
 def default_server_env(environ: Optional[Mapping[str, str]] = None) -> Path:
@@ -57,8 +93,8 @@ def locate_server_program(server_command: tuple[str, ...], server_env: Optional[
             return ServerProgram((str(candidate),), f"server_env {Path(server_env).expanduser()}")
         raise LauncherError(
             f"No vllm in the server environment {server_env}", f"{candidate} does not exist",
-            f"run `{SETUP_COMMAND} --path {server_env}` to create or repair it, or fix "
-            f"{ENV_PREFIX}SERVER_ENV / 'server_env'", setting="server_env", kind="config")
+            f"run `{setup_command(server_env)}` to create or repair it, or fix "
+            f"{env_var('server_env')} / 'server_env'", setting="server_env", kind="config")
     default = default_server_env(environ)
     if (default / "bin" / "vllm").exists():
         return ServerProgram((str(default / "bin" / "vllm"),), f"default server env {default}")
@@ -70,5 +106,5 @@ def locate_server_program(server_command: tuple[str, ...], server_env: Optional[
         f"no server environment is configured (server_env / server_command), {default} holds none, "
         "and `vllm` is not on PATH",
         f"run `{SETUP_COMMAND}` on the GPU machine (it creates {default}, which the launcher then finds by "
-        f"itself), or set {ENV_PREFIX}SERVER_ENV / 'server_env' to an existing server environment",
+        f"itself), or set {env_var('server_env')} / 'server_env' to an existing server environment",
         setting="server_env", kind="config")

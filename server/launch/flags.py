@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ...errors import SpecError
+from ...errors.config_names import env_var
 
 Version = tuple[int, int]
 
@@ -63,7 +64,7 @@ MISLEADING_FLAGS: dict[str, MisleadingFlag] = {
 
 # Flags only the local machine's configuration may decide, never a workflow or extra flag.
 LOCAL_ONLY_FLAGS: dict[str, str] = {
-    "--host": "the bind host (set VLLM_OMNI_LAUNCHER_HOST or 'host' in the local config file)",
+    "--host": f"the bind host (set {env_var('host')} or 'host' in the local config file)",
     "--port": "the port (chosen free on 127.0.0.1 at launch, or 'port' in the local config)",
     "--api-key": "the API key (a fresh one is generated per launch and passed by environment)",
     "--trust-remote-code": "trust_remote_code (set it in the local config file)",

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import shlex
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Optional
 
 from ...errors import LauncherError, SpecError
 from ...models import WanFamily, family_for
+from ..config.config_values import shown
 from ..config.settings import setting
 from . import replicas as replica_rules
 from . import spec_rules as rules
@@ -32,7 +35,11 @@ from .versions import DEFAULT_VERSION
 
 __all__ = ["CACHE_BACKENDS", "DEFAULT_VERSION", "OFFLOAD_MODES", "PARALLEL_MODES", "QUANTIZATIONS", "ULYSSES_MODES",
            "CacheBackend", "LaunchCommand", "LaunchSpec", "MemoryConfig", "OffloadMode", "ParallelConfig",
-           "ParallelMode", "Quantization", "RuntimeConfig", "UlyssesMode", "parse_gpus", "parse_parallel"]
+           "ParallelMode", "Quantization", "RuntimeConfig", "UlyssesMode", "parse_gpus", "parse_parallel", "MAX_GPUS"]
+
+# More GPUs than one machine holds (the largest NVSwitch systems have 16 to 72): an id list, a count or a
+# size list above it is a typo or a hostile workflow, refused before any list is built.
+MAX_GPUS = 128
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,13 @@ class LaunchCommand:
 
     def redacted(self) -> dict[str, Any]:
         return {"argv": list(self.argv), "env": {k: ("***" if k == "VLLM_API_KEY" else v) for k, v in self.env.items()}}
+
+    def shell(self) -> str:
+        """The command as one line to paste into a shell: the (redacted) environment, then the argv, every word
+        quoted (a replica layout's --stage-overrides is JSON), so the pasted line runs exactly this argv."""
+        shown = self.redacted()
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in shown["env"].items())
+        return (env + " " if env else "") + shlex.join(shown["argv"])
 
     def __repr__(self) -> str:
         return f"LaunchCommand({self.redacted()!r})"
@@ -166,27 +180,45 @@ class LaunchSpec:
         `executable` and `trust_remote_code` come from the local configuration, never from
         the spec (a shared workflow must not pick a program to run or allow remote code).
         """
-        argv = [*executable, "serve", self.model, *self.flags(), "--host", self.host, "--port", str(port)]
+        command = self.serve_command(executable)
+        argv = [*command.argv, "--host", self.host, "--port", str(port)]
         if trust_remote_code:
             argv.append("--trust-remote-code")
-        env: dict[str, str] = {}
-        if self.gpus is not None:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.gpus)
+        env = dict(command.env)
         if api_key:
             env["VLLM_API_KEY"] = api_key
         return LaunchCommand(argv, env)
 
+    def serve_command(self, executable: list[str]) -> LaunchCommand:
+        """`executable serve MODEL --omni FLAGS` and its CUDA_VISIBLE_DEVICES: the part of every launch's command
+        the spec decides (`build` adds the address, port and key), and what a plan prints for pasting."""
+        env = {} if self.gpus is None else {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in self.gpus)}
+        return LaunchCommand([*executable, "serve", self.model, *self.flags()], env)
+
 
 def parse_gpus(text: str) -> Optional[tuple[int, ...]]:
-    """'all' or '' -> None (every visible GPU); '0,1' -> (0, 1)."""
+    """'all' or '' -> None (every visible GPU); '0,1' -> (0, 1). The `gpus` widget is the workflow's, so
+    the ids are read one at a time and a list longer than MAX_GPUS is refused at its first id too many,
+    before it is split or converted whole."""
     text = text.strip().lower()
     if text in ("", "all", "auto"):
         return None
-    try:
-        return tuple(int(part) for part in text.replace(" ", "").split(",") if part)
-    except ValueError as exc:
-        raise SpecError(f"GPU list '{text}' is not valid", "expected comma-separated ids",
-                        "write '0', '0,1' or 'all'", setting="gpus") from exc
+    ids: list[int] = []
+    for match in re.finditer(r"[^,]+", text):
+        part = match.group().replace(" ", "")
+        if not part:
+            continue
+        if len(ids) == MAX_GPUS:
+            raise SpecError(f"gpus got {shown(text)}, which lists more than {MAX_GPUS} GPU ids",
+                            f"no machine has more than {MAX_GPUS} GPUs, so a longer list is a typo or a hostile "
+                            "workflow", "write the ids of the GPUs the server should use, e.g. '0,1', or 'all'",
+                            setting="gpus")
+        try:
+            ids.append(int(part))
+        except ValueError as exc:
+            raise SpecError(f"gpus got {shown(text)}, which is not a GPU list", "expected comma-separated ids",
+                            "write '0', '0,1' or 'all'", setting="gpus") from exc
+    return tuple(ids)
 
 
 def parse_parallel(text: str) -> tuple[str, int]:

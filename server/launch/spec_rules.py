@@ -75,11 +75,29 @@ def check_parallel(p: ParallelConfig, family: WanFamily) -> None:
             "strict Ulysses splits the heads evenly across GPUs",
             f"use a degree in {ok}, or set ulysses mode to 'advanced_uaa' (uneven split)",
             setting="parallel_degree")
+    if p.mode == "tensor" and p.degree not in tensor_parallel_degrees(family, p.degree):
+        ok = tensor_parallel_degrees(family)
+        raise SpecError(
+            f"Tensor parallel degree {p.degree} cannot split {family.label}'s layers evenly",
+            f"tensor parallel splits every layer's {family.attention_heads} attention heads and its "
+            f"{family.ffn_dim}-wide feed-forward over the GPUs, and vLLM's parallel linear layers refuse an "
+            "uneven split when the model loads",
+            f"set Serving Config's parallel_degree to one of {ok} (CLI: --parallel tensor={ok[0] if ok else 2}), "
+            "or parallel_mode to ulysses or auto (CLI: --parallel ulysses=N or auto)",
+            setting="parallel_degree")
     if p.vae_patch < 1 or (p.vae_patch > 1 and (p.vae_patch > p.world_size or p.world_size % p.vae_patch)):
         raise SpecError(
             f"VAE patch parallel {p.vae_patch} does not fit a world of {p.world_size} GPU(s)",
             "VAE patch parallel runs inside the DiT's parallel world; it cannot add GPUs",
             f"set VAE patch parallel to 1 or to a divisor of {p.world_size}", setting="vae_patch_parallel")
+
+
+def tensor_parallel_degrees(family: WanFamily, up_to: int = 8) -> list[int]:
+    """The tensor parallel degrees (2..`up_to`) that split `family`'s DiT evenly. Upstream's Wan DiT shards two
+    widths over the ranks: the attention heads (QKV and output projections) and the feed-forward width (its
+    column-parallel `proj` and row-parallel `net_2`); vLLM's parallel linear layers refuse a width the degree does
+    not divide when the model loads, so a degree must divide both."""
+    return [d for d in range(2, up_to + 1) if family.attention_heads % d == 0 and family.ffn_dim % d == 0]
 
 
 def check_gpus(gpus: Optional[tuple[int, ...]], p: ParallelConfig, replicas: int,

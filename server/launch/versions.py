@@ -24,8 +24,9 @@ if TYPE_CHECKING:
     from ..config.local_config import LocalConfig
 
 DEFAULT_VERSION: Version = (0, 30)    # the line the launcher pins (setup, create_server_env.sh)
+PINNED_RELEASE = "%d.%d.0" % DEFAULT_VERSION   # the vllm / vllm-omni pair setup installs (create_server_env.sh's)
 
-SUPPORTED = ((0, 26), (0, 30))
+SUPPORTED: tuple[Version, ...] = ((0, 26), (0, 30))
 _PROBE = ("import json, sys\nfrom importlib.metadata import version, PackageNotFoundError\n"
           "out = {'python': sys.version.split()[0]}\n"
           "for name in ('vllm', 'vllm-omni'):\n"
@@ -63,9 +64,14 @@ class ServerVersions:
         if self.omni_minor not in SUPPORTED:
             raise LauncherError(
                 f"vLLM-Omni {self.vllm_omni} is not a version this launcher knows",
-                "supported lines: " + ", ".join(f"{a}.{b}" for a, b in SUPPORTED),
-                f"repair the server environment with `{SETUP_COMMAND}` (it pins 0.30.0)",
+                "supported lines: " + supported_lines(),
+                f"repair the server environment with `{SETUP_COMMAND}` (it pins {PINNED_RELEASE})",
                 setting="server_env")
+
+
+def supported_lines() -> str:
+    """The supported vLLM-Omni lines as the error and doctor texts name them: "0.26, 0.30"."""
+    return ", ".join(f"{a}.{b}" for a, b in SUPPORTED)
 
 
 def _major_minor(text: str) -> tuple[int, int]:
@@ -101,10 +107,10 @@ def server_python(command: list[str], explicit: Optional[str] = None) -> Optiona
 
 
 @functools.lru_cache(maxsize=8)
-def _probe(python: str, extra_env: tuple[tuple[str, str], ...]) -> ServerVersions:
+def _probe(python: str, extra_env: tuple[tuple[str, str], ...], key_variables: frozenset[str]) -> ServerVersions:
     # The environment a launch would give the server (allow-listed: no PYTHONPATH of ComfyUI's and
-    # none of the launcher's own VLLM_OMNI_LAUNCHER_* keys), plus the operator's extra_env.
-    env = {k: v for k, v in os.environ.items() if environment.is_inherited(k)} | dict(extra_env)
+    # none of the launcher's remote keys), plus the operator's extra_env.
+    env = {k: v for k, v in os.environ.items() if environment.is_inherited(k, key_variables)} | dict(extra_env)
     try:
         out = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=60, env=env)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -126,7 +132,8 @@ def checked_server_version(config: "LocalConfig") -> Version:
     Where the interpreter behind the server command cannot be located (a wrapper script),
     nothing can be checked and the default line (DEFAULT_VERSION) is assumed.
     """
-    found = detect(config.resolved_server_command(), extra_env=config.extra_env)
+    found = detect(config.resolved_server_command(), extra_env=config.extra_env,
+                   key_variables=config.key_variables())
     if found is None:
         return DEFAULT_VERSION
     found.check()
@@ -134,10 +141,12 @@ def checked_server_version(config: "LocalConfig") -> Version:
 
 
 def detect(command: list[str], explicit_python: Optional[str] = None,
-           extra_env: Optional[dict[str, str]] = None) -> Optional[ServerVersions]:
+           extra_env: Optional[dict[str, str]] = None,
+           key_variables: frozenset[str] = frozenset()) -> Optional[ServerVersions]:
     """Versions in the server environment, or None when its interpreter cannot be located.
 
-    `extra_env` is what the server is started with (the local config's extra_env).
+    `extra_env` is what the server is started with (the local config's extra_env);
+    `key_variables`: the local config's remote-key variables, withheld as from a launch.
     """
     python = server_python(command, explicit_python)
-    return _probe(python, tuple(sorted((extra_env or {}).items()))) if python else None
+    return _probe(python, tuple(sorted((extra_env or {}).items())), key_variables) if python else None

@@ -14,8 +14,10 @@ import shlex
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
+from ...client.http_errors import OOM_FIX
 from ...errors import LauncherError
 from ...errors import failure_patterns as patterns
+from ...errors.config_names import env_var
 from ..config.server_env import SETUP_COMMAND
 
 # Failure kinds (stable strings: the OOM fallback hook and the tests use them).
@@ -184,9 +186,7 @@ def _oom(m: re.Match[str], c: Context) -> tuple[str, str, str, str, str]:
     detail = _oom_detail(m.string)
     if c.ever_ready:
         return (OOM_JOB, "The GPU ran out of memory during a job",
-                f"the model fits, but this request's activations did not{detail}",
-                "lower the resolution or frame count, turn on VAE tiling, or use 2 GPUs with ulysses/cfg parallel "
-                "(each GPU then holds fewer activations); module offload also frees room", "vae_tiling")
+                f"the model fits, but this request's activations did not{detail}", OOM_FIX, "vae_tiling")
     return (OOM_LOAD, "The GPU ran out of memory while loading the model",
             f"the weights of {c.model or 'the model'} do not fit on GPUs {c.gpus}{detail}",
             "set offload to 'module' (text encoder and DiT take turns on the GPU), or quantization to fp8, "
@@ -211,28 +211,20 @@ def _head_gone(m: re.Match[str], c: Context) -> tuple[str, str, str, str, str]:
 
 _RULES: tuple[tuple[re.Pattern[str], _Rule], ...] = (
     (patterns.HEAD_GONE, _head_gone),
-    (re.compile(r"--omni flag requires a valid instance of vllm-omni"), _omni_missing),
-    (re.compile(r"Stage \d+ requires (\d+) device\(s\)[^\n]*?but (\d+) device\(s\) are available"), _devices),
-    (re.compile(r"Access to model .* is restricted|GatedRepoError|Cannot access gated repo"), _gated),
+    (patterns.OMNI_MISSING, _omni_missing),
+    (patterns.DEVICES_SHORT, _devices),
+    (patterns.GATED_REPO, _gated),
     # before the not-found rule: the same traceback also names LocalEntryNotFoundError
     (patterns.WAN_VAE_CONFIG_MISSING, _vae_config),
-    (re.compile(r"RepositoryNotFoundError|Repository Not Found|is not a local folder and is not a valid model "
-                r"identifier|did not resolve to a registered Omni pipeline|LocalEntryNotFoundError|"
-                r"model_index\.json[^\n]*(?:not found|No such file)|No such file or directory[^\n]*model_index\.json|"
-                r"requires an explicit model"), _not_found),
+    (patterns.MODEL_NOT_FOUND, _not_found),
     (patterns.OOM, _oom),
     # after OOM: a server that fell back to its cache after failed Hub requests can still run out of memory
     (patterns.HF_UNREACHABLE, _hf_unreachable),
-    (re.compile(r"Address already in use|\[Errno 98\]"), _port),
-    (re.compile(r"NCCL error|ncclInternalError|ncclUnhandledCudaError|ncclSystemError|ncclInvalidUsage|"
-                r"ProcessGroupNCCL[^\n]*(?:[Tt]imeout|[Ee]rror)|NCCL WARN[^\n]*(?:failed|error)"), _nccl),
-    (re.compile(r"error: unrecognized arguments: [^\n]*|error: argument [^\n]*invalid choice[^\n]*|"
-                r"error: argument [^\n]*expected [^\n]*"), _bad_args),
-    # only as a traceback's last line: servers log benign "No module named 'flashinfer'" warnings
-    (re.compile(r"^(?:" + patterns.PID_PREFIX + r")?(?:ModuleNotFoundError|ImportError): [^\n]*", re.M), _import),
-    (re.compile(r"HSDP \(FSDP2\) is not compatible with TP[^\n]*|diffusion_compile_granularity='full' is "
-                r"incompatible[^\n]*|step_execution=True requires a pipeline[^\n]*|"
-                r"Unknown diffusion config field[^\n]*"), _config),
+    (patterns.PORT_IN_USE, _port),
+    (patterns.NCCL_ERROR, _nccl),
+    (patterns.BAD_ARGS, _bad_args),
+    (patterns.IMPORT_ERROR, _import),
+    (patterns.CONFIG_REFUSED, _config),
 )
 
 
@@ -284,20 +276,6 @@ def oom_job_error(tail: Sequence[str], ctx: Context) -> ServerFailure:
     return ServerFailure(kind, what, why, fix, setting=setting, raw="\n".join(tail[-40:]))
 
 
-def explain_job_error(message: str) -> Optional[LauncherError]:
-    """Turn a failed job's error text (HTTP body) into an explanation, when we know it."""
-    if patterns.is_oom(message):
-        return oom_job_error([message], Context(ever_ready=True))
-    if "No image is provided" in message:
-        return LauncherError("This model needs a start image", "it is an image-to-video model",
-                             "connect an IMAGE to the generate node", setting="image", raw=message)
-    if re.search(r"divisible by 16", message):
-        return LauncherError("The width or height is not valid for this model",
-                             "I2V-A14B needs multiples of 16 and does not round them",
-                             "set width and height to multiples of 16", setting="width", raw=message)
-    return None
-
-
 def startup_timeout(timeout_s: float, phase_text: str, tail: Sequence[str], setting_hint: str,
                     log_path: str = "") -> ServerFailure:
     minutes = timeout_s / 60
@@ -318,7 +296,7 @@ def hung(seconds: float, tail: Sequence[str]) -> ServerFailure:
 def port_taken(port: int) -> ServerFailure:
     return ServerFailure(PORT_IN_USE, f"Port {port} is already in use",
                          "another program (or a server started outside this ComfyUI) is listening on it",
-                         "change 'port' in the launcher config (VLLM_OMNI_LAUNCHER_PORT), or remove it so a "
+                         f"change 'port' in the launcher config ({env_var('port')}), or remove it so a "
                          "free port is chosen", setting="port")
 
 

@@ -25,6 +25,7 @@ from typing import Iterable, Optional, Union
 
 import psutil
 
+from ...errors.config_names import env_var
 from ..logs import failures
 from ..logs.failures import ServerFailure
 from . import process_group
@@ -203,5 +204,5 @@ def listener_not_ours(host: str, port: int, holder: str) -> ServerFailure:
         f"{holder} is listening on {host}:{port}, where the launcher's vLLM-Omni server was to answer. The launcher "
         "sent it nothing that needs the server's key (a launch key goes only to a listener in the server's own "
         "process group), stopped its own server and did not report it ready",
-        "stop that program, or set 'port' in the launcher config (VLLM_OMNI_LAUNCHER_PORT) to a free port, or "
+        f"stop that program, or set 'port' in the launcher config ({env_var('port')}) to a free port, or "
         "remove 'port' so a free one is picked for each launch", setting="port")

@@ -31,7 +31,7 @@ def url_for(host: str, port: int) -> str:
 def _get(host: str, port: int, path: str, api_key: Optional[str], timeout: float) -> Optional[Reply]:
     """One short GET of our own server, any status; None when nothing answered in time."""
     limits = Deadlines(connect_s=timeout, first_byte_s=timeout, body_s=timeout)
-    with Transport(url_for(host, port), api_key, deadlines=limits, retry=ONE_TRY) as http:
+    with Transport(url_for(host, port), api_key, deadlines=limits, retry=ONE_TRY, supervised=True) as http:
         try:
             return http.request("GET", path, what=f"Probing {path}", ok=lambda status: True)
         except LauncherError:

@@ -20,6 +20,8 @@ from typing import Callable, Optional, Sequence
 
 import psutil
 
+from . import timeouts
+
 WATCHDOG_SCRIPT = str(Path(__file__).with_name("watchdog.py"))
 
 
@@ -69,7 +71,7 @@ class ServerProcess:
         return group_members(self.pgid) if owns_group(self.pgid, self.leader_create_time) else []
 
     # ---- stopping -------------------------------------------------------------------
-    def stop(self, timeout: float = 30.0, graceful: bool = True) -> list[int]:
+    def stop(self, timeout: float = timeouts.STOP_S, graceful: bool = True) -> list[int]:
         """Stop the whole group; returns pids still alive afterwards (empty on success)."""
         steps: list[tuple[int, float]] = []
         if graceful:
@@ -193,7 +195,7 @@ def _terminate_quietly(proc: subprocess.Popen) -> None:
 
 
 def spawn(argv: Sequence[str], env: dict[str, str], log_fd: int, cwd: Optional[str] = None,
-          grace_s: float = 5.0) -> ServerProcess:
+          grace_s: float = timeouts.WATCHDOG_GRACE_S) -> ServerProcess:
     """Start `argv` under the watchdog in a new session; stdout+stderr append to `log_fd`."""
     read_fd, write_fd = os.pipe()         # both non-inheritable; only read_fd is passed on
     try:
@@ -211,7 +213,7 @@ def spawn(argv: Sequence[str], env: dict[str, str], log_fd: int, cwd: Optional[s
     return proc
 
 
-def find_server_child(proc: ServerProcess, timeout: float = 30.0,
+def find_server_child(proc: ServerProcess, timeout: float = timeouts.FIND_SERVER_CHILD_S,
                       should_stop: Callable[[], bool] = lambda: False) -> None:
     """Record the real server's pid (the watchdog's child) and its create time."""
     if proc.popen is None:
@@ -229,7 +231,7 @@ def find_server_child(proc: ServerProcess, timeout: float = 30.0,
         time.sleep(0.005)
 
 
-def guard_adopted(proc: ServerProcess, grace_s: float = 5.0) -> None:
+def guard_adopted(proc: ServerProcess, grace_s: float = timeouts.WATCHDOG_GRACE_S) -> None:
     """Bind an adopted server's life to this process with a watchdog in guard mode."""
     read_fd, write_fd = os.pipe()
     leader_start = _start_ticks(proc.pgid) if psutil.pid_exists(proc.pgid) else None

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from ...errors.config_names import env_var
 from ..launch.spec import LaunchSpec
 from ..logs import failures
 from ..logs.failures import LaunchCancelled
@@ -181,7 +182,7 @@ class ServerRun:
                 self.stop(graceful=False, timeout=timeouts.REPLACE_STOP_S)
                 if code is not None:
                     raise failures.classify(tail, context(code))
-                hint = "'startup_timeout_s' in the launcher config or VLLM_OMNI_LAUNCHER_STARTUP_TIMEOUT_S"
+                hint = f"'startup_timeout_s' in the launcher config or {env_var('startup_timeout_s')}"
                 raise failures.startup_timeout(budget, text, tail, hint, log_path=self.log_path)
             try:
                 if self.answers():
@@ -193,7 +194,7 @@ class ServerRun:
             self._wake.wait(timeouts.FAST_POLL_S if self._fast else timeouts.READY_POLL_S)
         proc = self._proc
         if proc is not None and proc.server_pid is None:
-            process_group.find_server_child(proc, timeout=5.0)
+            process_group.find_server_child(proc, timeout=timeouts.READY_CHILD_S)
 
     # ---- records and stopping ------------------------------------------------------------
     def write_state(self, requested_fingerprint: str, ready: bool) -> None:

@@ -28,10 +28,12 @@ CANCEL_STOP_S = 1.0         # a cancelled start: SIGTERM, then SIGKILL; the grou
 EXIT_STOP_S = 10.0          # ComfyUI is exiting (atexit, SIGTERM): little time, all servers in parallel
 LEFT_BEHIND_STOP_S = 15.0   # a verified server an earlier ComfyUI left running, not wanted now
 MONITOR_JOIN_S = 5.0
+WATCHDOG_GRACE_S = 5.0      # the watchdog's SIGTERM-to-SIGKILL wait once this process is gone (watchdog.py --grace)
 
 # ---- starting --------------------------------------------------------------------------
 PORT_RELEASE_S = 10.0       # a killed server's port is released by the kernel a moment later
 FIND_SERVER_CHILD_S = 30.0  # the watchdog starts the server at once; this only bounds a stuck fork
+READY_CHILD_S = 5.0         # once the port answers, the server process exists: a second look, if the first missed it
 READY_POLL_S = 0.1          # /health poll while starting (0.02 once the log says HTTP is coming up)
 FAST_POLL_S = 0.02
 DOWNLOAD_POLL_S = 1.0       # how often the HF cache folder is measured during a download

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterator, Optional, Union
 
 from ...errors import LauncherError
-from ...errors.config_names import ENV_PREFIX, config_file_path
+from ...errors.config_names import config_file_path, env_var
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -64,7 +64,7 @@ class DataDirError(LauncherError, OSError):
 def _move_hint(setting: str) -> str:
     """Which setting moves the folder, and where it is set."""
     return (f"move it: set \"{setting}\" in the launcher config ({config_file_path()}) "
-            f"or {ENV_PREFIX}{setting.upper()}")
+            f"or {env_var(setting)}")
 
 
 def refused(path: PathLike, why: str, fix: str, setting: str = DATA_DIR) -> DataDirError:

@@ -38,6 +38,7 @@ import socket
 import time
 from typing import TYPE_CHECKING, Callable, Optional
 
+from ...client.hosts import is_loopback_host
 from ...errors import LauncherError
 from ...errors.failure_patterns import REPLICA_REGISTERED
 from ..config.local_config import LocalConfig
@@ -58,8 +59,6 @@ if TYPE_CHECKING:
 LB_POLICY = "round-robin"
 STALL_POLL_S = 5.0                      # how often the head's job list is read
 HEAD_PROBE_S = 1.0                      # how often a joined replica probes the head's registration port
-
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 Watch = Callable[[], Optional[ServerFailure]]
 
@@ -173,7 +172,7 @@ class HeadRole(ServerRole):
         return cls(config.replica_registration_host, port, config.head_stall_timeout_s)
 
     def warnings(self) -> list[str]:
-        if self.host in LOOPBACK:
+        if is_loopback_host(self.host):
             return [f"Replicas can register on {self.host}:{self.port} only from this machine; to accept other "
                     "machines set replica_registration_host in the launcher config (read the security note first)"]
         return [f"The replica registration port {self.host}:{self.port} (and the head's per-replica ports on "

@@ -4,7 +4,10 @@
 secret. `StatusBoard` is the mutable side the supervisor writes: the phase machine's
 current phase and text (startup phases from the log only move forward), startup progress,
 the last error, fallback notes, warnings. It tells one listener about each change, and
-only about changes: a snapshot equal to the last one sent is not sent again.
+only about changes: a snapshot equal to the last one sent is not sent again. The listener is
+whoever launches the server now (a node's run, a CLI command); a node unsubscribes when its
+launch ends (`unlisten`), so the server's later life (keep-alive, crashes, Stop Server) never
+writes to a node of another run, whose id may by then name an unrelated node.
 
 Locking: the board shares the supervisor's lock. Changes are made under it; the listener is
 called outside it, one call at a time and in snapshot order, so a listener may call back
@@ -146,6 +149,13 @@ class StatusBoard:
         if replay:
             self.emit(force=True)
 
+    def unlisten(self, callback: StatusCallback) -> None:
+        """Stop telling `callback` (compared with ==, so a bound method may be passed again), unless
+        another listener has replaced it. On return it is not being called and never will be again."""
+        with self._sent_lock:
+            if self._listener == callback:
+                self._listener = None
+
     def emit(self, force: bool = False) -> None:
         """Tell the listener the current status unless it already has it (or a newer one)."""
         callback = self._listener
@@ -155,8 +165,8 @@ class StatusBoard:
             status, seq = self._snapshot(), next(self._seq)
         with self._sent_lock:
             last_seq, last = self._sent
-            if seq < last_seq or (status == last and not force):
-                return
+            if self._listener is not callback or seq < last_seq or (status == last and not force):
+                return                      # unsubscribed (or replaced) meanwhile, or already sent
             self._sent = (seq, status)
             try:
                 callback(status)

@@ -70,7 +70,7 @@ class Supervisor:
         self._idle = KeepAlive(config.keep_alive_minutes if keep_alive_minutes is None else keep_alive_minutes)
         self._recovery = Recovery(self, self._board, self._progress, lock=self._lock, op_lock=self._op_lock,
                                   stopping=self._stop_evt, restarts=restart_policy or RestartPolicy(),
-                                  keep_alive=self._idle, hang_timeout_s=float(config.hang_timeout_s or 120.0))
+                                  keep_alive=self._idle, hang_timeout_s=config.hang_timeout_s)
         self._monitor = self._recovery.monitor
         self._log = LogEvents(self._board, self._progress, self._launch_clock, run=lambda: self._run,
                               ready=lambda: self._ready, used=self._idle.touch, job_oom=self._recovery.on_job_oom)
@@ -167,6 +167,10 @@ class Supervisor:
     def listen(self, on_status: StatusCallback, replay: bool = True) -> None:
         """Send status changes to `on_status` (only changes; `replay`: the current one now)."""
         self._board.listen(on_status, replay=replay)
+
+    def unlisten(self, on_status: StatusCallback) -> None:
+        """Stop sending to `on_status` (its launch is over); a newer listener stays."""
+        self._board.unlisten(on_status)
 
     def alive(self) -> bool:
         run = self._run

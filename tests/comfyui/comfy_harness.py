@@ -2,8 +2,9 @@
 
 Used by ``run_real_comfyui.py`` (the check) and ``make_workflows.py`` (the template
 generator). No pytest needed. The ComfyUI checkout is never modified: it runs with
-``--base-directory`` pointing at a temporary folder whose ``custom_nodes/vllm_omni_launcher``
-is a symlink to this repository, and whose ``input/`` holds ComfyUI's own ``example.png``.
+``--base-directory`` pointing at a temporary folder whose ``custom_nodes/vllm-omni-launcher``
+(the folder README's ``git clone`` and a Registry/Manager install make, so the tested layout is the
+user's) is a symlink to this repository, and whose ``input/`` holds ComfyUI's own ``example.png``.
 
 Browser: Playwright's Python package driving a system Chromium (``CHROMIUM`` or the first of
 chromium / chromium-browser / google-chrome on PATH). ``playwright install`` is never needed.
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional
 
 REPO = Path(__file__).resolve().parents[2]          # the pack (repository root)
-PACK_NAME = "vllm_omni_launcher"                   # the folder name ComfyUI loads it under
+PACK_NAME = "vllm-omni-launcher"                   # the folder README's install gives; ComfyUI loads it so
 WORKFLOWS = REPO / "workflows"
 OUR_NODES = ("VLLMOmniLoadModel", "VLLMOmniServingConfig", "VLLMOmniLocalServer", "VLLMOmniRemoteServer",
              "VLLMOmniGenerateVideo", "VLLMOmniStopServer", "VLLMOmniServerStatus", "VLLMOmniDoctor", "VLLMOmniLora",

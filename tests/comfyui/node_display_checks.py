@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from behaviour_checks import IN_LOAD, TI2V_TEMPLATE, LauncherLogs
+from behaviour_checks import TI2V_TEMPLATE, LauncherLogs
 from comfy_harness import WORKFLOWS, ComfyUI, browser_page, close_dialogs, save_png
 
 MID_DENOISE_PNG = "generate_mid_denoise.png"
@@ -161,12 +161,14 @@ def screenshot_mid_launch(comfy: ComfyUI, logs: LauncherLogs, png: Path, timeout
     with browser_page(comfy.url, width=1400, height=900) as (page, _console):
         _open_graph(page, graph, TI2V_TEMPLATE)
         local = _node_id(page, "VLLMOmniLocalServer")   # the template's own values: the job never starts
-        _queue_from_page(page)
-        deadline = time.monotonic() + timeout
-        while IN_LOAD not in logs.text():
-            assert time.monotonic() < deadline, f"the stub never reached weight loading; log:\n{logs.text()[-3000:]}"
+        loads_before = logs.loads()
+
+        def still_launching() -> None:
             _assert_no_error(page)
             page.wait_for_timeout(500)
+
+        _queue_from_page(page)
+        logs.wait_new_load(loads_before, timeout, still_launching)
         view = _wait_view(page, local, lambda v: bool(v.get("preview")), 30, "Local Server's status text", comfy)
         page.wait_for_timeout(2500)          # the next status updates; the canvas redraws
         view = page.evaluate(NODE_VIEW_JS, local)

@@ -110,10 +110,13 @@ def check_batch_run(comfy: ComfyUI, logs: bc.LauncherLogs) -> dict:
 
 
 def check_cancel(comfy: ComfyUI, logs: bc.LauncherLogs, steps: int = 200) -> dict:
-    """`steps` long enough that the batch is still running a second after its jobs reached the
-    server (at the stub's seconds per step), short enough that the cancelled denoise drains."""
+    """`steps` long enough that the batch is still running once its first clip denoises (at the
+    stub's seconds per step), short enough that the cancelled denoise drains."""
     before_jobs = logs.jobs()
     before_deletes = set(DELETE_LINE.findall(logs.text()))
+    # the denoise bar's redraws of this batch's `steps` (upstream's tqdm: "  1%|...| 2/200 [00:01<...]")
+    denoised = re.compile(rf"\|\s*[1-9]\d*/{steps} \[")
+    before_steps = len(denoised.findall(logs.text()))
     prompt = batch_prompt(SEEDS[0] + 100, steps=steps)
     prompt_id = comfy.queue(prompt)
     clips = len(prompt_lines(PROMPTS)) * len(SEEDS)
@@ -122,7 +125,10 @@ def check_cancel(comfy: ComfyUI, logs: bc.LauncherLogs, steps: int = 200) -> dic
         assert time.monotonic() < deadline, "the batch's jobs never reached the server"
         assert not comfy.get(f"/history/{prompt_id}"), "the prompt ended before all its jobs were sent"
         time.sleep(0.2)
-    time.sleep(1.0)                      # the first clip is denoising
+    while len(denoised.findall(logs.text())) <= before_steps:        # the first clip is denoising
+        assert time.monotonic() < deadline, "the batch's first clip never started denoising"
+        assert not comfy.get(f"/history/{prompt_id}"), "the prompt ended before its first clip denoised"
+        time.sleep(0.2)
     assert not comfy.get(f"/history/{prompt_id}"), "the batch finished before the interrupt"
     asked = time.monotonic()
     comfy.interrupt(prompt_id)

@@ -12,18 +12,19 @@ What it does (each step raises AssertionError with the reason when something is 
    the ComfyUI process: ``VLLM_OMNI_LAUNCHER_SERVER_CMD``, a temporary data dir and config, and
    ``VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB=24``, the GPU the TI2V template is written for).
 2. Registration: ``/object_info`` has our nodes (``comfy_harness.OUR_NODES``) from
-   ``custom_nodes.vllm_omni_launcher``, the log has no import failure of the pack, the core nodes the templates use match
+   ``custom_nodes.vllm-omni-launcher`` (README's install folder), the log has no import failure of
+   the pack, the core nodes the templates use match
    ``tests/helpers/workflow_defs.py``'s description of them, and ``/workflow_templates`` lists
    exactly the shipped templates (not the API twins).
 3. A real run: POSTs the TI2V text-to-video API twin (64x64, 5 frames, 2 steps) to ``/prompt``,
    waits for ``/history``, finds the MP4 that SaveVideo wrote in the output folder, fetches it
    through ``/view`` and decodes it (5 frames, 64x64, each frame carrying its index and the seed).
 4. The browser: headless Chromium opens the ComfyUI page; each template is fetched from
-   ``/api/workflow_templates/vllm_omni_launcher/<name>.json`` and loaded with
+   ``/api/workflow_templates/vllm-omni-launcher/<name>.json`` and loaded with
    ``app.loadGraphData`` (as the template browser does). No missing-node dialog, no node in
    error, no new console error, ``app.graphToPrompt()`` equals the API twin, and values typed
    into Generate video / batch (81 frames, 832x480, ...) stay what was typed. Then the template
-   browser (Templates > vllm_omni_launcher) must show a card for each, and a click on one loads
+   browser (Templates > vllm-omni-launcher) must show a card for each, and a click on one loads
    it. A control loads a graph with an unknown node type and expects the check to see the
    missing node. Screenshots (1280x800) go to ``--screenshots``; ``--thumbnails`` also
    writes ``workflows/<name>.jpg``, the card pictures the template browser asks for.

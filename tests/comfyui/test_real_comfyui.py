@@ -101,6 +101,21 @@ def test_a_model_this_machine_lacks_is_refused_at_prompt_time_with_the_launchers
     assert logs.jobs() == jobs                                # nothing ran, nothing was sent
 
 
+def test_a_missing_lora_is_refused_once_under_lora_name_only(comfy, logs):
+    # ComfyUI attaches validate_inputs' one message to every input its signature names (nodes/v3.py)
+    prompt = bc.load_api("wan22_t2v_a14b_4step_lora")          # its LoRA files are not on this machine
+    loras = [k for k, e in prompt.items() if e["class_type"] == "VLLMOmniLora"]
+    jobs = logs.jobs()
+    status, body = comfy.post("/prompt", {"prompt": prompt, "client_id": "v3-validate-lora"})
+    assert status == 400 and len(loras) == 2, (status, body)
+    for lora in loras:
+        errors = body.get("node_errors", {}).get(lora, {}).get("errors", [])
+        assert [e["extra_info"]["input_name"] for e in errors] == ["lora_name"], errors
+        assert errors[0]["details"].startswith("lora_name - "), errors
+        assert '"wan2.2_t2v_lightx2v_4steps' in errors[0]["details"], errors      # (shortened in the message)
+    assert logs.jobs() == jobs
+
+
 def test_generate_batch_is_registered_with_a_list_of_videos(comfy):
     report = batch.check_registration(comfy)
     assert report["output_is_list"] == [False, False, True, False]

@@ -1,6 +1,7 @@
 """The scenarios the stub server's contract tests assert on, and the runner that starts them.
 
-The tests (test_stub_server_shared_stubs.py, test_stub_server_own_stubs.py) check that the stub
+The tests (test_stub_server_serves_like_upstream.py on the shared stubs,
+test_stub_server_refuses_and_fails_like_upstream.py on stubs of their own) check that the stub
 vLLM-Omni server (stub_vllm_serve.py) behaves like ``vllm serve MODEL --omni``.  They run under
 the ComfyUI-side python (no vllm); each stub runs under the server python from
 ``VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON`` and the tests fail if it is unset.

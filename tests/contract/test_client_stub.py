@@ -240,7 +240,7 @@ def test_oom_in_job_explains_the_fix(ti2v):
         client.generate(request(seed=1, extra={"extra_params": json.dumps({"stub_oom": True})}))
     err = info.value
     assert "ran out of memory" in err.what
-    for word in ("width/height", "frames", "VAE tiling", "CPU offload", "parallel", "auto"):
+    for word in ("width/height", "frames", "vae_tiling", "offload", "parallel_mode", "--parallel ulysses=2", "auto"):
         assert word in err.fix
     assert "out of memory" in err.raw.lower() and '"status": "failed"' in err.raw
     # the server is still usable afterwards

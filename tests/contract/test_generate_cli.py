@@ -34,6 +34,29 @@ def test_generate_with_url_writes_mp4_npy_and_report(tmp_path, stub_pool):
         assert key in report["timings"]
 
 
+def test_generate_url_takes_a_configured_name_or_a_url_the_way_remote_server_does(tmp_path, stub_pool):
+    """--url NAME reaches the configured server with its key; a typed URL is trimmed (spaces, /v1/) and gets
+    the key configured for its origin. Both: the Remote Server node's rule (remote_servers.remote_target)."""
+    config = tmp_path / "launcher.json"
+    common = ["--prompt", "a fox", "--width", "64", "--height", "64", "--frames", "5", "--fps", "10", "--steps", "1",
+              "--seed", "3"]
+    with stub_pool.lease(T2V_KEYED) as (stub,):
+        config.write_text(json.dumps({"remote_servers": {"box": {"url": stub.url, "api_key_env": "BOX_KEY"}}}))
+        env = {"VLLM_OMNI_LAUNCHER_CONFIG": str(config), "BOX_KEY": KEY}
+        named = _cli("--url", "box", *common, "--out", str(tmp_path / "named.mp4"), env=env)
+        typed = _cli("--url", f"  {stub.url}/v1/ ", *common, "--out", str(tmp_path / "typed.mp4"), env=env)
+    for out in (named, typed):
+        assert out.returncode == 0, out.stderr
+        assert KEY not in out.stdout + out.stderr
+    assert (tmp_path / "named.mp4").read_bytes()[4:8] == (tmp_path / "typed.mp4").read_bytes()[4:8] == b"ftyp"
+
+
+def test_generate_refuses_a_url_that_is_not_http_before_sending_anything():
+    out = _cli("--url", "ftp://127.0.0.1:9", "--family", "ti2v_5b", "--prompt", "x", env={})
+    assert out.returncode == 1 and "is not a usable server URL" in out.stderr and "http://" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
 # `generate` starting its own server through the Supervisor (launch options instead of --url):
 # test_generate_auto.py runs that path end to end (generate_cmd.run -> launch_from_args -> Supervisor
 # start -> job -> stop); only its model comes from auto instead of --model, which the `argv` tests
@@ -43,4 +66,4 @@ def test_generate_with_url_writes_mp4_npy_and_report(tmp_path, stub_pool):
 def test_generate_reports_a_bad_frame_count_before_starting_anything(tmp_path):
     out = _cli("--url", "http://127.0.0.1:9", "--family", "ti2v_5b", "--prompt", "x", "--frames", "10",
                env={})
-    assert out.returncode == 1 and "set frames to 9" in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == 1 and "set --frames to 9" in out.stderr and "Traceback" not in out.stderr

@@ -28,6 +28,8 @@ REJECTIONS = {
     "tp_hsdp": ("refuses", "HSDP (FSDP2) is not compatible with TP"),
     "heads": ("mishandles", "accepted at config time; strict Ulysses needs heads divisible by the degree and "
                             "fails in the first forward"),
+    "tp_split": ("mishandles", "accepted at config time; vLLM's parallel linear layers refuse a tensor parallel "
+                               "degree that does not split the heads and feed-forward width evenly, at load"),
     "cfg_degree": ("mishandles", "accepted with world 4; CFG has two branches, so two ranks have no work"),
     "vae_patch": ("mishandles", "accepted; VAE patch parallel larger than (or not dividing) the DiT world "
                                 "is outside the process group the VAE decode runs in"),
@@ -46,6 +48,8 @@ def _category(err: SpecError, spec: LaunchSpec) -> str:
         return "layerwise_parallel"
     if "not compatible with TP" in text:
         return "tp_hsdp"
+    if "Tensor parallel degree" in text:
+        return "tp_split"
     if "attention heads" in text:
         return "heads"
     if "exactly two passes" in text:
@@ -80,6 +84,7 @@ def node_matrix() -> list[LaunchSpec]:
         specs.append(LaunchSpec(model, gpus=(0, 1, 2, 3), parallel=ParallelConfig(mode, 2)))
     for model in MODELS:
         specs.append(LaunchSpec(model, gpus=(0, 1, 2), parallel=ParallelConfig("ulysses", 3)))
+        specs.append(LaunchSpec(model, gpus=(0, 1, 2), parallel=ParallelConfig("tensor", 3)))
         specs.append(LaunchSpec(model, gpus=(0, 1, 2), parallel=ParallelConfig("ulysses", 3,
                                                                                 ulysses_mode="advanced_uaa")))
         specs.append(LaunchSpec(model, gpus=(0, 1), parallel=ParallelConfig("ulysses", 2, vae_patch=2), served_model_name="wan"))
@@ -164,7 +169,7 @@ def test_rejected_specs_are_refused_or_mishandled_upstream(resolved):
             assert result["ok"] and result["config"]["cfg_parallel_size"] == spec.parallel.degree, argv
         else:  # mishandles / policy: upstream accepts at config time, which is why we must refuse
             assert result["ok"], f"{category}: expected upstream to accept {argv}: {result}"
-    assert {"needs", "spare_gpus", "layerwise_parallel", "tp_hsdp", "heads", "cfg_degree", "vae_patch",
+    assert {"needs", "spare_gpus", "layerwise_parallel", "tp_hsdp", "heads", "tp_split", "cfg_degree", "vae_patch",
             "fake_flag", "local_only"} <= seen
 
 

@@ -4,7 +4,6 @@ Real `vllm serve --omni` code, fake GPU; how the cases check and share servers: 
 """
 from __future__ import annotations
 
-import json
 import os
 import socket
 import stat
@@ -19,6 +18,8 @@ from stubserver import wait_for
 from supervised_jobs import auth, job_state, session, submit, wait_job
 from supervised_stub import START_S, make_config, phases_of, spec_for
 
+from vllm_omni_launcher.client.api import VideoClient
+from vllm_omni_launcher.client.http_errors import OOM_FIX
 from vllm_omni_launcher.server import registry
 from vllm_omni_launcher.server.logs import failures
 from vllm_omni_launcher.server.supervision.cancel_policy import RESTART, CancelPolicy
@@ -121,11 +122,13 @@ def test_oom_in_job_keeps_the_server_and_a_hang_restarts_it(data_dir: Path) -> N
     sup = registry.get_or_start(spec_for(), config)
     first = sup.status()
 
-    failed = wait_job(sup, submit(sup, steps=6))
-    assert failed["status"] == "failed"
-    message = json.dumps(failed.get("error"))
-    explained = failures.explain_job_error(message)
-    assert explained is not None and explained.kind == failures.OOM_JOB and "VAE tiling" in str(explained)
+    job_id = submit(sup, steps=6)
+    assert wait_job(sup, job_id)["status"] == "failed"
+    # what Generate Video shows for it: the job's state read and explained by the launcher's client
+    with VideoClient(sup.url, api_key=sup.api_key, supervised=True) as client:
+        explained = client.job_failure(job_id, client.status(job_id))
+    assert f"ran out of memory while generating job {job_id}" in explained.what and explained.fix == OOM_FIX
+    assert "out of memory" in explained.raw.lower() and sup.api_key not in str(explained) + explained.raw
     wait_for(lambda: sup.status().last_error_kind == failures.OOM_JOB, 30, "the OOM to show on the status")
     status = sup.status()
     assert "during a job" in status.last_error and "ran out of GPU memory" in status.text

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -84,6 +83,11 @@ def test_keep_alive_then_spec_changes_stop_overlapping_servers(data_dir: Path) -
     first_c = order.index(("c", "starting"))
     assert order.index(("a", "stopped"), order.index(("a", "ready"))) < first_c
     assert order.index(("b", "stopped")) < first_c
+    # the launch that stops them says so in its own status, before it starts
+    with lock:
+        told = [s.text for name, s in events[:first_c] if name == "c" and s.phase == "stopping"]
+    assert told == [f"Stopping {TI2V} on GPU {gpu} to free it for {TI2V} (that server starts again when a workflow "
+                    "needs it)" for gpu in (0, 1)]
 
 
 # ---- the owner is SIGKILLed: the server does not outlive it ---------------------------------
@@ -128,11 +132,12 @@ def test_server_dies_with_its_sigkilled_owner(data_dir: Path) -> None:
 # ---- a server left behind: adopt it if it is ours, healthy and wanted; else stop it ---------
 def test_left_behind_servers_are_adopted_or_stopped(data_dir: Path) -> None:
     owner, (x, y) = start_owner(data_dir, 2)
-    for leader in (x["pgid"], y["pgid"]):       # their watchdogs die first, then the owner
+    watchdogs = (x["pgid"], y["pgid"])          # each group's leader is the server's watchdog
+    for leader in watchdogs:                    # the watchdogs die first, then the owner
         os.kill(leader, signal.SIGKILL)
     owner.kill()
     owner.wait()
-    time.sleep(1.0)                             # give a (wrongly) surviving watchdog time to act
+    wait_for(lambda: not any(alive(leader) for leader in watchdogs), 30, "the killed watchdogs to be gone")
     assert alive(x["pid"]) and alive(y["pid"]), "without their watchdogs the servers survive the owner"
 
     # a state file naming a live process that is not our server must never lead to a signal

@@ -11,7 +11,6 @@ import hostile_server as hs
 
 JOB = "video_gen_1"
 CONTENT_PATH = "/v1/videos/v1/content"   # where a test serves file_route alone
-CANCEL_LATENCY_S = 1.5   # a cancel ends a blocked read within 1 s (+ slack for a loaded box)
 
 
 def job_body(job_id: str = JOB, status: str = "completed", **extra: Any) -> dict:

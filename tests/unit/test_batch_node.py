@@ -1,6 +1,6 @@
 """Generate Batch (nodes/generate_node.py, nodes/batch_session.py) without a server: its schema is
-Generate Video's, the clip list and its cap, the one progress bar, and what a cancel hands to the
-supervisor's cancel policy."""
+Generate Video's, the clip list and its cap, the one progress bar, the Done text, and what a cancel hands
+to the supervisor's cancel policy."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ from typing import Any, Optional
 import pytest
 
 from comfy_standin import run_node
-from vllm_omni_launcher.client.batch import BatchCancelled, BatchUpdate
+from vllm_omni_launcher.client.batch import BatchCancelled, BatchResult, BatchUpdate, Clip
 from vllm_omni_launcher.client.poll_window import Hint
 from vllm_omni_launcher.errors import LauncherError
 from vllm_omni_launcher.nodes import NODES, batch_session, session
@@ -174,6 +174,23 @@ def test_the_job_loop_hints_fast_polls_once_a_local_run_of_these_jobs_reaches_it
                               submit, BatchCancelled, lambda *a: pytest.fail("not cancelled"))
     none, denoised = Hint.NONE, Hint.DENOISED
     assert result == "clips" and seen == ([none, none, denoised] if local else [None] * 3)
+
+
+# --------------------------------------------------------------------------- the Done text
+def _done_text(most_at_once: int) -> str:
+    clips = [Clip(i, f"j{i}", b"", 9, 480, 832, 16.0, {}) for i in range(2)]
+    result = BatchResult(frames=None, clips=clips, most_at_once=most_at_once, elapsed_s=12.0)   # type: ignore[arg-type]
+    return batch_session._summary(result, [("a cat", 1), ("a cat", 2)], "")
+
+
+def test_the_done_text_says_jobs_overlapped_without_claiming_batching_or_replicas():
+    # what the polls measure: two jobs in_progress together, which one clip's MP4 encode beside the next
+    # clip's denoise gives on a CFG-parallel server with no replica and no request batching
+    done = _done_text(2).split("\n")[0]
+    assert "up to 2 jobs were in progress on the server at once" in done
+    assert "MP4 encode beside the next clip's denoise" in done and "does not mean the server batched" in done
+    assert "ran up to" not in done
+    assert _done_text(1).split("\n")[0].endswith("in 12.0s; the server ran them one after another")
 
 
 # --------------------------------------------------------------------------- cancel

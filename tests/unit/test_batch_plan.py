@@ -44,8 +44,9 @@ def test_the_local_server_node_shows_the_suggestion_for_the_batch_it_feeds(monke
     launch. The server program does not exist here, so the launch then fails (a fault, as on a
     machine without the server environment) and nothing starts."""
     config = tmp_path / "vllm_omni_launcher.json"
+    # a batch of 6 TI2V clips (7.3 GiB of frames) must pass the batch's memory check on a small CI box
     config.write_text(json.dumps({"server_command": [str(tmp_path / "no-such-serve")],
-                                  "data_dir": str(tmp_path / "data")}))
+                                  "data_dir": str(tmp_path / "data"), "max_clip_memory_gib": 16}))
     monkeypatch.setenv("VLLM_OMNI_LAUNCHER_CONFIG", str(config))
     monkeypatch.setenv(GPU_MEMORY_ENV, "80,80")
     model = run_node("VLLMOmniLoadModel", TI2V)[0]
@@ -61,8 +62,9 @@ def test_the_local_server_node_shows_the_suggestion_for_the_batch_it_feeds(monke
 @pytest.fixture
 def no_server(monkeypatch, tmp_path):
     config = tmp_path / "vllm_omni_launcher.json"
+    # a batch of 6 TI2V clips (7.3 GiB of frames) must pass the batch's memory check on a small CI box
     config.write_text(json.dumps({"server_command": [str(tmp_path / "no-such-serve")],
-                                  "data_dir": str(tmp_path / "data")}))
+                                  "data_dir": str(tmp_path / "data"), "max_clip_memory_gib": 16}))
     monkeypatch.setenv("VLLM_OMNI_LAUNCHER_CONFIG", str(config))
     monkeypatch.setenv(GPU_MEMORY_ENV, "80,80")
 

@@ -96,7 +96,8 @@ def _json_error(capsys) -> dict:
     (["argv", "--model", T2V, "--extra-flag=--model-type=wan2_2", "--json"], "--model-type does not exist",
      "extra_flags"),
     (["plan", "--model", T2V, "--frames", "80", "--gpu-memory", "80", "--json"], "frames 80 is not valid", "frames"),
-    (["plan", "--model", T2V, "--gpu-memory", "lots", "--json"], "--gpu-memory 'lots' is not valid", "gpu_memory"),
+    (["plan", "--model", T2V, "--parallel", "cfg=3", "--no-recommend", "--gpu-memory", "80,80", "--json"],
+     "CFG parallel degree 3 is not 2", "parallel_degree"),
 ])
 def test_launcher_errors_under_json_are_json_on_stdout(capsys, argv, what, setting):
     assert main(argv) == ExitCode.LAUNCHER_ERROR

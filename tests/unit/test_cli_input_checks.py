@@ -44,12 +44,28 @@ GENERATE, PLAN = ["generate", "--prompt", "a fox"], ["plan", "--model", TI2V]
     (GENERATE, "--width", "0", "the frame width in pixels and must be at least 1", "1280"),
     (PLAN, "--height", "0", "the frame height in pixels and must be at least 1", "704"),
     (GENERATE, "--steps", "-1", "the number of denoise steps and must be at least 1", "40"),   # plan has no --steps
+    # the upper bounds too come from the one declaration (client/request_fields.py)
+    (GENERATE, "--steps", "500", "the number of denoise steps and must be at most 200", "40"),
+    (GENERATE, "--guidance", "80", "the guidance scale and must be at most 20", "5"),
+    (GENERATE, "--guidance-2", "20.5", "the low-noise expert's guidance scale and must be at most 20", "3"),
+    (GENERATE, "--fps", "0.5", "frames per second and must be at least 1", "24"),
+    (PLAN, "--frames", "2001", "the frame count (4k+1) and must be at most 1025", "81"),
+    (PLAN, "--boundary-ratio", "2", "the A14B expert boundary and must be at most 1", "0.875"),
 ])
-def test_a_non_positive_size_is_one_error_in_generate_and_plan(capsys, command, option, value, what, example):
+def test_a_value_outside_the_declared_range_is_one_error_in_generate_and_plan(capsys, command, option, value, what,
+                                                                           example):
     assert _err(capsys, [*command, option, value]) == (
         f"error: {option} {value} is not valid. Why: it is {what}; on the command line a value is used as given (the "
         f"node's 0 / -1 markers do not apply). Fix: write e.g. {option} {example}, or leave {option} out for the "
         "model's recommended value.\n")
+
+
+def test_a_seed_outside_the_nodes_range_names_the_option(capsys):
+    """Not "the model's value" when left out, and no markers: a seed left out is drawn at random."""
+    for value, bound in (("-1", "at least 0"), (str(2**63), f"at most {2**63 - 1}")):
+        assert _err(capsys, [*GENERATE, "--seed", value]) == (f"error: --seed {value} is not valid. Why: it is the "
+                                                              f"noise seed and must be {bound}. Fix: write e.g. --seed "
+                                                              "42, or leave --seed out for a random one.\n")
 
 
 def test_a_missing_image_names_the_option(capsys):
@@ -68,7 +84,8 @@ def test_an_unreadable_image_names_the_option(capsys, tmp_path):
 
 def test_i2v_without_an_image_speaks_of_the_option(capsys):
     assert _err(capsys, ["generate", "--prompt", "a fox", "--model", I2V]) == (
-        "error: Wan2.2 I2V-A14B needs a start image. Why: it is an image-to-video model. Fix: pass --image PATH (a "
+        "error: Wan2.2 I2V-A14B needs a start image. Why: it is an image-to-video model; upstream fails the job with "
+        "'No image is provided'. Fix: pass --image PATH (a "
         f"PNG or JPEG), or use --model {T2V} or {TI2V} for text-only video.\n")
 
 

@@ -32,7 +32,6 @@ def test_deadlines_come_from_the_local_config_keys():
 
     config = LocalConfig(connect_timeout_s=1.5, first_byte_timeout_s=7.0, body_timeout_s=60.0)
     assert Deadlines.from_config(config) == Deadlines(connect_s=1.5, first_byte_s=7.0, body_s=60.0)
-    assert Deadlines.from_config(LocalConfig()) == Deadlines() == Deadlines(5.0, 30.0, 600.0)
 
 
 @pytest.mark.parametrize("status", [408, 429, 502, 503, 504])

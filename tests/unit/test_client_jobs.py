@@ -87,7 +87,7 @@ def test_generate_failed_oom_job_explains_and_keeps_the_raw_body(serve):
         client.generate(VideoRequest("a cat", num_frames=5))
     err = info.value
     assert "ran out of memory" in err.what and "video_gen_1" in err.what
-    for word in ("width/height", "frames", "VAE tiling", "CPU offload", "parallel", "auto"):
+    for word in ("width/height", "frames", "vae_tiling", "offload", "parallel_mode", "--parallel ulysses=2", "auto"):
         assert word in err.fix
     assert "CUDA out of memory" in err.raw and "HTTP 500" in err.raw
     assert srv.calls("GET", "/v1/videos/video_gen_1/content") == []

@@ -122,6 +122,7 @@ def test_the_cap_is_one_local_setting_with_its_variable(monkeypatch, tmp_path):
     row = next(line for line in local_config.config_reference().splitlines() if clip_memory.SETTING in line)
     assert row.startswith(f"| `{clip_memory.ENV_VAR}` | `max_clip_memory_gib` | number | a quarter of this "
                           "machine's RAM |")
+    assert "and all of one Generate Batch's clips together" in row        # check_batch_memory's cap too
     monkeypatch.setenv(clip_memory.ENV_VAR, "0")
     with pytest.raises(LauncherError, match="must be greater than 0"):
         local_config.load_local_config()

@@ -9,10 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from fake_nvml import FakeGpu, FakeNvml, broken_nvml
 from vllm_omni_launcher.planner import doctor as doctor_mod
 from vllm_omni_launcher.planner.doctor import run_doctor
 from vllm_omni_launcher.planner.doctor_report import PROBLEM, UNCHECKED, WARNING
-from vllm_omni_launcher.planner.gpus import GIB, query_gpus
+from vllm_omni_launcher.planner.gpus import query_gpus
 from vllm_omni_launcher.server.config.local_config import LocalConfig
 
 
@@ -36,65 +37,11 @@ def make_folder(root, kind="t2v"):
     return root
 
 
-class FakeNvml:
-    """Stands in for pynvml: two GPUs, configurable names, P2P and processes."""
-
-    NVML_P2P_CAPS_INDEX_READ = (0,)      # as nvidia-ml-py 13 defines it
-    NVML_P2P_CAPS_INDEX_NVLINK = 2
-    NVML_P2P_STATUS_OK = 0
-
-    def __init__(self, names=("NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 4090"), total_gib=24.0,
-                 free_gib=(23.5, 23.5), p2p_ok=False, procs=None, cc=(8, 9)):
-        self.names, self.total, self.free, self.p2p_ok = names, total_gib, free_gib, p2p_ok
-        self.procs = procs or {}
-        self.cc = cc
-        self.shutdowns = 0
-
-    def nvmlInit(self):
-        pass
-
-    def nvmlShutdown(self):
-        self.shutdowns += 1
-
-    def nvmlDeviceGetCount(self):
-        return len(self.names)
-
-    def nvmlSystemGetDriverVersion(self):
-        return b"580.65.06"
-
-    def nvmlDeviceGetHandleByIndex(self, i):
-        return i
-
-    def nvmlDeviceGetName(self, h):
-        return self.names[h]
-
-    def nvmlDeviceGetMemoryInfo(self, h):
-        total = int(self.total * GIB)
-        free = int(self.free[h] * GIB)
-        return SimpleNamespace(total=total, free=free, used=total - free)
-
-    def nvmlDeviceGetCudaComputeCapability(self, h):
-        return self.cc
-
-    def nvmlDeviceGetUUID(self, h):
-        return f"GPU-{h:04d}"
-
-    def nvmlDeviceGetP2PStatus(self, a, b, cap):
-        assert isinstance(cap, int)
-        if cap == self.NVML_P2P_CAPS_INDEX_NVLINK:
-            return 4
-        return 0 if self.p2p_ok else 2
-
-    def nvmlDeviceGetTopologyCommonAncestor(self, a, b):
-        return 50
-
-    def nvmlDeviceGetComputeRunningProcesses_v3(self, h):
-        return [SimpleNamespace(pid=pid, usedGpuMemory=int(gib * GIB)) for pid, gib in self.procs.get(h, [])]
-
-
-class NoNvml:
-    def nvmlInit(self):
-        raise RuntimeError("NVML Shared Library Not Found")
+def gpu_pair(names=("NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 4090"), total_gib=24.0, free_gib=(23.5, 23.5),
+             procs=None, cc=(8, 9), **machine):
+    """NVML of a machine with these GPUs (a GeForce pair unless told), `procs` {index: [(pid, GiB)]}."""
+    return FakeNvml([FakeGpu(name=name, total_gib=total_gib, free_gib=free, cc=cc, processes=(procs or {}).get(i, ()))
+                     for i, (name, free) in enumerate(zip(names, free_gib))], **machine)
 
 
 def fake_runner(versions):
@@ -117,7 +64,7 @@ def server_env(tmp_path):
 
 
 def test_no_gpu_machine_says_what_it_could_not_check(server_env):
-    report = run_doctor(None, config=server_env, nvml=NoNvml(), runner=fake_runner(
+    report = run_doctor(None, config=server_env, nvml=broken_nvml(), runner=fake_runner(
         dict(GOOD_ENV, cuda_available=False, cuda_devices=0)))
     unchecked = {c.name for c in report.unchecked}
     assert {"gpus", "peer_to_peer", "own_gpu_memory", "model", "server_cuda"} <= unchecked
@@ -139,12 +86,13 @@ def test_real_machine_without_gpu_or_pynvml_does_not_crash(server_env):
 
 
 def test_fake_nvml_geforce_pair_without_p2p_and_own_memory(server_env):
-    nvml = FakeNvml(procs={0: [(os.getpid(), 3.2), (4242, 1.0)]})
+    nvml = gpu_pair(procs={0: [(os.getpid(), 3.2), (4242, 1.0)]})
     report = run_doctor(None, config=server_env, nvml=nvml, runner=fake_runner(GOOD_ENV))
     gpus = report.check("gpus")
     assert gpus.status == "ok" and "2 GPU(s), driver 580.65.06" in gpus.summary and "CC 8.9" in gpus.summary
     p2p = report.check("peer_to_peer")
     assert p2p.status == WARNING and "not supported" in p2p.summary and "CFG parallel" in p2p.fix
+    assert "parallel_mode cfg" in p2p.fix and "--parallel cfg=2" in p2p.fix and "--cfg-parallel-size" not in p2p.fix
     assert "GeForce" in p2p.fix and "across CPU sockets" in p2p.summary
     own = report.check("own_gpu_memory")
     assert own.status == WARNING and "3.2 GiB" in own.summary
@@ -154,8 +102,8 @@ def test_fake_nvml_geforce_pair_without_p2p_and_own_memory(server_env):
 
 
 def test_fake_nvml_datacenter_pair_with_nvlink(server_env):
-    nvml = FakeNvml(names=("NVIDIA H200", "NVIDIA H200"), total_gib=139.8, free_gib=(139.0, 60.0), p2p_ok=True)
-    nvml.nvmlDeviceGetP2PStatus = lambda a, b, cap: 0
+    nvml = gpu_pair(names=("NVIDIA H200", "NVIDIA H200"), total_gib=139.8, free_gib=(139.0, 60.0), p2p_read_ok=True,
+                    nvlink=True)
     report = run_doctor(None, config=server_env, nvml=nvml, runner=fake_runner(GOOD_ENV))
     assert report.check("peer_to_peer").status == "ok" and "NVLink" in report.check("peer_to_peer").summary
     assert report.check("gpus").status == WARNING and "GPU 1" in report.check("gpus").fix   # someone holds 80 GiB
@@ -163,7 +111,7 @@ def test_fake_nvml_datacenter_pair_with_nvlink(server_env):
 
 
 def test_old_gpu_is_a_problem(server_env):
-    report = run_doctor(None, config=server_env, nvml=FakeNvml(names=("Tesla V100",), free_gib=(23.0,), cc=(7, 0)),
+    report = run_doctor(None, config=server_env, nvml=gpu_pair(names=("Tesla V100",), free_gib=(23.0,), cc=(7, 0)),
                         runner=fake_runner(GOOD_ENV))
     assert report.check("gpus").status == PROBLEM and not report.ok
 
@@ -175,24 +123,24 @@ def test_old_gpu_is_a_problem(server_env):
     (dict(GOOD_ENV, vllm="0.26.0", **{"vllm-omni": "0.26.0", "torch": "2.11.0", "diffusers": "0.38.0"}), "ok", "match"),
 ])
 def test_server_env_versions(server_env, env, status, words):
-    report = run_doctor(None, config=server_env, nvml=NoNvml(), runner=fake_runner(env))
+    report = run_doctor(None, config=server_env, nvml=broken_nvml(), runner=fake_runner(env))
     c = report.check("server_env")
     assert c.status == status and words in c.summary, c
 
 
 def test_server_env_missing_and_failing(tmp_path, monkeypatch):
     monkeypatch.setattr(doctor_mod.shutil, "which", lambda name: None)
-    report = run_doctor(None, config=LocalConfig(data_dir=str(tmp_path)), nvml=NoNvml())
+    report = run_doctor(None, config=LocalConfig(data_dir=str(tmp_path)), nvml=broken_nvml())
     assert report.check("server_env").status == UNCHECKED and "no server environment is configured" in report.check("server_env").summary
     cfg = LocalConfig(server_env=str(tmp_path / "nope"), data_dir=str(tmp_path))
-    assert run_doctor(None, config=cfg, nvml=NoNvml()).check("server_env").status == PROBLEM
+    assert run_doctor(None, config=cfg, nvml=broken_nvml()).check("server_env").status == PROBLEM
 
     def boom(cmd, **kw):
         raise subprocess.TimeoutExpired(cmd, 1)
     env = tmp_path / "v"
     (env / "bin").mkdir(parents=True)
     (env / "bin" / "python").write_text("")
-    report = run_doctor(None, config=LocalConfig(server_env=str(env), data_dir=str(tmp_path)), nvml=NoNvml(),
+    report = run_doctor(None, config=LocalConfig(server_env=str(env), data_dir=str(tmp_path)), nvml=broken_nvml(),
                         runner=boom)
     assert report.check("server_env").status == PROBLEM and "did not answer" in report.check("server_env").summary
 
@@ -203,37 +151,39 @@ def test_server_env_real_subprocess(tmp_path):
     env = tmp_path / "v"
     (env / "bin").mkdir(parents=True)
     os.symlink(sys.executable, env / "bin" / "python")
-    report = run_doctor(None, config=LocalConfig(server_env=str(env), data_dir=str(tmp_path)), nvml=NoNvml())
+    report = run_doctor(None, config=LocalConfig(server_env=str(env), data_dir=str(tmp_path)), nvml=broken_nvml())
     c = report.check("server_env")
     assert c.status == PROBLEM and "not installed" in c.summary and "pip install vllm==0.30.0" in c.fix
 
 
 def test_model_folder_checks(tmp_path, server_env):
     good = make_folder(tmp_path / "good")
-    report = run_doctor(str(good), config=server_env, nvml=NoNvml(), runner=fake_runner(GOOD_ENV))
+    report = run_doctor(str(good), config=server_env, nvml=broken_nvml(), runner=fake_runner(GOOD_ENV))
     assert report.check("model").status == "ok" and "WanPipeline" in report.check("model").summary
     bad = make_folder(tmp_path / "bad")
     for f in (bad / "transformer_2").glob("*"):
         f.unlink()
     (bad / "transformer_2").rmdir()
     (bad / "vae" / "x.safetensors.incomplete").write_text("")
-    c = run_doctor(str(bad), config=server_env, nvml=NoNvml(), runner=fake_runner(GOOD_ENV)).check("model")
+    c = run_doctor(str(bad), config=server_env, nvml=broken_nvml(), runner=fake_runner(GOOD_ENV)).check("model")
     assert c.status == PROBLEM and "transformer_2" in c.summary and "incomplete" in c.summary
     assert "huggingface-cli download" in c.fix
     not_wan = tmp_path / "other"
     not_wan.mkdir()
     (not_wan / "model_index.json").write_text(json.dumps({"_class_name": "FluxPipeline"}))
-    assert run_doctor(str(not_wan), config=server_env, nvml=NoNvml(),
+    assert run_doctor(str(not_wan), config=server_env, nvml=broken_nvml(),
                       runner=fake_runner(GOOD_ENV)).check("model").status == PROBLEM
 
 
 def test_hf_download_needs_disk(tmp_path, server_env, monkeypatch):
     cfg = LocalConfig(server_env=server_env.server_env, data_dir=str(tmp_path),
                       extra_env={"HF_HOME": str(tmp_path / "hf")})
-    report = run_doctor("Wan-AI/Wan2.2-T2V-A14B-Diffusers", config=cfg, nvml=NoNvml(), runner=fake_runner(GOOD_ENV))
+    report = run_doctor("Wan-AI/Wan2.2-T2V-A14B-Diffusers", config=cfg, nvml=broken_nvml(),
+                        runner=fake_runner(GOOD_ENV))
     assert "not downloaded yet" in report.check("model").summary
     monkeypatch.setattr(doctor_mod.shutil, "disk_usage", lambda p: SimpleNamespace(total=0, used=0, free=10 * 10**9))
-    report = run_doctor("Wan-AI/Wan2.2-T2V-A14B-Diffusers", config=cfg, nvml=NoNvml(), runner=fake_runner(GOOD_ENV))
+    report = run_doctor("Wan-AI/Wan2.2-T2V-A14B-Diffusers", config=cfg, nvml=broken_nvml(),
+                        runner=fake_runner(GOOD_ENV))
     assert report.check("disk").status == PROBLEM and "HF_HOME" in report.check("disk").fix
 
 
@@ -242,6 +192,7 @@ def test_port_taken_and_free(server_env):
         s.bind(("127.0.0.1", 0))
         s.listen(1)
         port = s.getsockname()[1]
-        report = run_doctor(None, config=server_env, nvml=NoNvml(), runner=fake_runner(GOOD_ENV), port=port)
+        report = run_doctor(None, config=server_env, nvml=broken_nvml(), runner=fake_runner(GOOD_ENV), port=port)
         assert report.check("port").status == PROBLEM and "taken" in report.check("port").summary
-    assert run_doctor(None, config=server_env, nvml=NoNvml(), runner=fake_runner(GOOD_ENV)).check("port").status == "ok"
+    free = run_doctor(None, config=server_env, nvml=broken_nvml(), runner=fake_runner(GOOD_ENV)).check("port")
+    assert free.status == "ok"

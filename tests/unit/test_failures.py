@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from vllm_omni_launcher.client.http_errors import OOM_FIX, job_failed_error
 from vllm_omni_launcher.errors import LauncherError
 from vllm_omni_launcher.server.logs import failures
 from vllm_omni_launcher.server.logs.failures import Context, classify
@@ -28,7 +29,7 @@ CASES = [
      "79.19 GiB of which 1.50 GiB is free.", False, failures.OOM_LOAD, "offload",
      ["while loading", "offload", "tried to allocate 20.00 GiB on GPU 0: 1.50 GiB free of 79.19 GiB"]),
     ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", True, failures.OOM_JOB,
-     "vae_tiling", ["during a job", "VAE tiling"]),
+     "vae_tiling", ["during a job", "vae_tiling", "--parallel ulysses=2"]),
     ("OSError: [Errno 98] Address already in use", False, failures.PORT_IN_USE, "port", ["already in use"]),
     ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error",
      False, failures.NCCL, "parallel_mode", ["NCCL", "NCCL_NVLS_ENABLE=0"]),
@@ -91,11 +92,18 @@ def test_port_fix_depends_on_whether_the_port_was_configured() -> None:
     assert "Port 9000" in failures.port_taken(9000).what
 
 
-def test_job_error_explanations() -> None:
-    oom = failures.explain_job_error("Video generation failed: CUDA out of memory. Tried to allocate 9.00 GiB.")
-    assert oom is not None and oom.kind == failures.OOM_JOB and oom.setting == "vae_tiling"
-    assert failures.explain_job_error("No image is provided. This model requires an image to run.").setting == "image"
-    assert failures.explain_job_error("all fine") is None
+def test_job_error_explanations_are_the_ones_users_see() -> None:
+    """A failed job's error is explained once, by the client (what Generate Video shows); the
+    supervisor's status for the same OOM gives the same fix."""
+    oom = job_failed_error("video_gen_1", "Video generation failed: CUDA out of memory. Tried to allocate 9.00 GiB.",
+                           "raw")
+    assert "ran out of memory" in oom.what and oom.fix == OOM_FIX
+    status = classify(["torch.OutOfMemoryError: CUDA out of memory."], Context(ever_ready=True))
+    assert status.kind == failures.OOM_JOB and OOM_FIX in status.fix
+    no_image = job_failed_error("j", "No image is provided. This model requires an image to run.", "raw")
+    assert no_image.setting == "image" and "start image" in no_image.what
+    unknown = job_failed_error("j", "all fine", "raw")
+    assert unknown.what.startswith("The server failed job j: all fine") and unknown.setting == ""
 
 
 def test_timeout_and_hang_texts_keep_the_tail() -> None:

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import argparse
 from types import SimpleNamespace
+from typing import Any, Iterator, Optional
 
 import pytest
 
+from comfy_standin import ComfyStandIn
 from vllm_omni_launcher.cli import generate_cmd
 from vllm_omni_launcher.models import FAMILIES
-from vllm_omni_launcher.nodes import session
+from vllm_omni_launcher.nodes import progress, session
 from vllm_omni_launcher.nodes.handles import ModelChoice, ServerHandle
 from vllm_omni_launcher.planner.launch_plan import GPU_MEMORY_ENV, ServingChoice, resolve_launch
 from vllm_omni_launcher.planner.speed_costs import cfg_runs, idle_cfg_warning, speed_cost
+from vllm_omni_launcher.server import registry
 from vllm_omni_launcher.server.config.local_config import LocalConfig
+from vllm_omni_launcher.server.launch import versions
 from vllm_omni_launcher.server.launch.spec import LaunchSpec, ParallelConfig
 
 A14B = FAMILIES["t2v_a14b"]
@@ -86,59 +90,118 @@ def test_cli_generate_plans_for_the_guidance_its_request_will_carry():
 
 
 # ----------------------------------------------------------------------------- Generate re-plans auto servers
-class _Sup:
-    def __init__(self, spec: LaunchSpec):
-        self.spec = spec
+class _GpuServer:
+    """The registry's Supervisor here: ready once started, at a port of its own; stands in for the GPU server only."""
+
+    started: list[LaunchSpec] = []          # the fixture gives each test its own list
+
+    def __init__(self, spec: LaunchSpec, config: Any, fallback: Any = None,
+                 keep_alive_minutes: Optional[float] = None) -> None:
+        self.spec = self.requested_spec = spec
+        self.fallback, self.keep_alive_minutes, self.pgid, self.running = fallback, keep_alive_minutes, None, False
+        self.url, self.api_key, self.server_version = f"http://127.0.0.1:{9000 + len(self.started)}", None, V30
+
+    def start(self, on_status: Any = None, should_cancel: Any = None) -> None:
+        self.started.append(self.spec)
+        self.running = True
 
     def ready(self) -> bool:
-        return True
+        return self.running
+
+    def stop(self, timeout: Optional[float] = None) -> None:
+        self.running = False
+
+    def status(self) -> SimpleNamespace:
+        return SimpleNamespace(ready=self.running, text=f"Ready: {self.spec.served_name} at {self.url}", url=self.url,
+                               log_path=None, last_error=None, restarts=0, fallback_note="")
+
+    def listen(self, on_status: Any, replay: bool = False) -> None:
+        return None
+
+    def unlisten(self, on_status: Any) -> None:
+        return None
+
+    def mark_job_activity(self) -> None:
+        return None
 
 
-def _handle(mode: str, spec: LaunchSpec) -> ServerHandle:
-    return ServerHandle("local", "http://127.0.0.1:1", spec.model, A14B.key, server_id=spec.fingerprint(),
-                        model=ModelChoice(A14B.hf_id, A14B.key), serving=ServingChoice(parallel_mode=mode))   # type: ignore[arg-type]
+@pytest.fixture
+def gpu_servers(tmp_path, monkeypatch) -> Iterator[list[LaunchSpec]]:
+    """The launch path as Local Server and Generate run it (planner, registry) with _GpuServer for the servers,
+    the pinned server line, and no left-behind server to adopt; yields the specs started, in order."""
+    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setattr(versions, "checked_server_version", lambda config: V30)
+    monkeypatch.setattr(registry, "Supervisor", _GpuServer)
+    monkeypatch.setattr(_GpuServer, "started", [])
+    with ComfyStandIn():
+        yield _GpuServer.started
+        registry.stop_all()
 
 
-def test_generate_at_guidance_1_replans_an_auto_cfg_server_once_and_keeps_using_the_new_one(monkeypatch):
+def _local_server(mode: str) -> ServerHandle:
+    """Local Server's handle for A14B on the two cards (no queued prompt: its jobs are taken to run CFG)."""
+    serving = ServingChoice(parallel_mode=mode)   # type: ignore[arg-type]
+    return session.start_local(ModelChoice(A14B.hf_id, A14B.key), serving, "3")
+
+
+def _generate(handle: ServerHandle, cfg: bool) -> Any:
+    """The server a Generate job with (or without) CFG gets for the handle (session.job_client, as run_jobs)."""
+    client, sup = session.job_client(handle, progress.NodeReporter("7"), cfg=cfg)
+    client.close()
+    return sup
+
+
+def _mode(sup: Any) -> str:
+    return sup.spec.parallel.mode
+
+
+def test_generate_at_guidance_1_replans_an_auto_cfg_server_once_and_keeps_using_the_new_one(gpu_servers):
+    handle = _local_server("auto")
+    assert [spec.parallel.mode for spec in gpu_servers] == ["cfg"]
+    assert _mode(_generate(handle, cfg=True)) == "cfg" and len(gpu_servers) == 1     # CFG on: kept
+    ulysses = _generate(handle, cfg=False)
+    assert _mode(ulysses) == "ulysses" and [spec.parallel.mode for spec in gpu_servers] == ["cfg", "ulysses"]
+    assert registry.all_servers() == [ulysses]                  # the CFG server gave its GPUs to it
+    for cfg in (False, True):          # the same cached handle: the re-planned server, no new launch
+        assert _generate(handle, cfg=cfg) is ulysses
+    assert len(gpu_servers) == 2
+    # the registry answers for the handle: its reports and its stop reach the re-planned server
+    assert registry.find(handle.server_id) is ulysses
+    _, note = session.build_request(handle, prompt="a fox", guidance=1.0, guidance_2=1.0)
+    assert note == ""                                            # auto re-plans instead of warning
+    (report,) = session.server_report(handle, None)
+    assert ulysses.url in report and "not running" not in report
+    assert session.stop_servers(handle, False, None) == (f"Stopped the server for {handle.served_name}.",)
+    assert not ulysses.ready() and registry.find(handle.server_id) is None
+    assert _mode(_generate(handle, cfg=True)) == "cfg"           # started again from the handle's own plan
+    assert [spec.parallel.mode for spec in gpu_servers] == ["cfg", "ulysses", "cfg"]
+
+
+def test_generate_at_guidance_1_on_an_explicit_cfg_server_keeps_it_and_notes_the_better_choice(gpu_servers):
+    handle = _local_server("cfg")
+    cfg_server = registry.find(handle.server_id)
+    assert _generate(handle, cfg=False) is cfg_server and _mode(cfg_server) == "cfg"
+    assert len(gpu_servers) == 1                                 # an explicit choice is never re-planned
+    _, note = session.build_request(handle, prompt="a fox", guidance=1.0, guidance_2=1.0)
+    assert "CFG parallel does nothing at guidance 1" in note and "parallel_mode to ulysses" in note
+
+
+def test_a_replan_record_is_followed_while_its_server_runs_and_never_by_a_launch_of_the_spec_asked_for(gpu_servers):
     cfg_spec = LaunchSpec(A14B.hf_id, gpus=(0, 1), parallel=ParallelConfig("cfg", 2, 2))
     uly_spec = LaunchSpec(A14B.hf_id, gpus=(0, 1), parallel=ParallelConfig("ulysses", 2, 2))
-    running = {cfg_spec.fingerprint(): _Sup(cfg_spec)}
-    launches: list[bool] = []
-
-    def launch(model, serving, config, reporter, cfg=True, queued_jobs=1):
-        launches.append(cfg)
-        spec = cfg_spec if cfg else uly_spec
-        running.pop(cfg_spec.fingerprint(), None)                  # the GPUs are taken over
-        running[spec.fingerprint()] = _Sup(spec)
-        return running[spec.fingerprint()], SimpleNamespace(spec=spec), None
-
-    monkeypatch.setattr(session.registry, "find", running.get)
-    monkeypatch.setattr(session, "launch_local", launch)
-    monkeypatch.setattr(session, "_REPLANNED", {})
-    reporter = SimpleNamespace(texts=[], text=lambda t: reporter.texts.append(t))
-    handle = _handle("auto", cfg_spec)
-
-    assert session._running_local(handle, LocalConfig(), reporter, cfg=True).spec == cfg_spec   # CFG on: kept
-    assert launches == []
-    assert session._running_local(handle, LocalConfig(), reporter, cfg=False).spec == uly_spec
-    assert launches == [False] and "plans again" in reporter.texts[-1]
-    for cfg in (False, True):          # the same cached handle: the re-planned server, no new launch
-        assert session._running_local(handle, LocalConfig(), reporter, cfg=cfg).spec == uly_spec
-    assert launches == [False]
-    request = SimpleNamespace(guidance=1.0, guidance_2=1.0)
-    assert session._idle_cfg_note(handle, request) == ""       # auto re-plans instead of warning
-
-
-def test_generate_at_guidance_1_on_an_explicit_cfg_server_keeps_it_and_notes_the_better_choice(monkeypatch):
-    cfg_spec = LaunchSpec(A14B.hf_id, gpus=(0, 1), parallel=ParallelConfig("cfg", 2, 2))
-    monkeypatch.setattr(session.registry, "find", {cfg_spec.fingerprint(): _Sup(cfg_spec)}.get)
-    monkeypatch.setattr(session, "launch_local", lambda *a, **k: pytest.fail("an explicit choice is never re-planned"))
-    monkeypatch.setattr(session, "_REPLANNED", {})
-    handle = _handle("cfg", cfg_spec)
-    reporter = SimpleNamespace(text=lambda t: None)
-    assert session._running_local(handle, LocalConfig(), reporter, cfg=False).spec == cfg_spec
-    note = session._idle_cfg_note(handle, SimpleNamespace(guidance=1.0, guidance_2=1.0))
-    assert "CFG parallel does nothing at guidance 1" in note and "parallel_mode to ulysses" in note
+    cfg_server = registry.get_or_start(cfg_spec)
+    assert registry.find(cfg_spec.fingerprint()) is cfg_server
+    uly_server = registry.get_or_start(uly_spec)                 # overlapping GPUs: the CFG server stops
+    registry.replan(cfg_spec.fingerprint(), uly_spec.fingerprint())
+    assert registry.find(cfg_spec.fingerprint()) is uly_server is registry.find(uly_spec.fingerprint())
+    # a launch of the spec asked for (Local Server queued again) starts that spec, and the record ends with the
+    # server it named
+    again = registry.get_or_start(cfg_spec)
+    assert again.spec == cfg_spec and not uly_server.ready() and registry.find(cfg_spec.fingerprint()) is again
+    registry.replan(cfg_spec.fingerprint(), uly_spec.fingerprint())
+    assert registry.find(cfg_spec.fingerprint()) is None         # it names no running server: planned again
+    registry.replan(cfg_spec.fingerprint(), cfg_spec.fingerprint())       # a re-plan back to the handle's own
+    assert registry.find(cfg_spec.fingerprint()) is again
 
 
 # ----------------------------------------------------------------------------- Local Server reads the queued prompt

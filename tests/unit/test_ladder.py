@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
+from fake_nvml import broken_nvml
 from vllm_omni_launcher.errors import LauncherError
 from vllm_omni_launcher.planner.gpus import GpuInfo, hypothetical_gpus
 from vllm_omni_launcher.planner.ladder import build_ladder, recommend
@@ -40,14 +42,21 @@ def test_done_when_recommendations_validate_and_fit(name, model, req, gpus):
 
 
 def test_two_h200_pick_cfg_parallel_fastest():
-    rec = recommend(T2V, RequestShape(1280, 720, 81), [141.0, 141.0], host_available_gib=256.0)
-    assert rec.spec.parallel == ParallelConfig("cfg", 2, 2) and not rec.rejected
-    assert rec.spec.memory.offload == "none"
+    """141 GB leaves room for the untiled decode on each GPU, which 0.30's costs rank before VAE patch 2's
+    tiled one (speed_costs.JobTimes: 0.04 against 0.17 s per Mpx x frame)."""
+    req = RequestShape(1280, 720, 81)
+    rec = recommend(T2V, req, [141.0, 141.0], host_available_gib=256.0)
+    assert rec.spec.parallel == ParallelConfig("cfg", 2, 1) and not rec.rejected
+    assert rec.spec.memory.offload == "none" and not rec.spec.memory.vae_tiling
+    assert speed_cost(rec.spec, True, req) < speed_cost(replace(rec.spec, parallel=ParallelConfig("cfg", 2, 2)),
+                                                        True, req)
 
 
 def test_cfg_off_prefers_ulysses():
     rec = recommend(T2V, RequestShape(1280, 720, 81, cfg=False), [141.0, 141.0], host_available_gib=256.0)
-    assert rec.spec.parallel.mode == "ulysses" and rec.spec.parallel.vae_patch == 2
+    assert rec.spec.parallel.mode == "ulysses"
+    assert not any(r.spec.parallel.mode == "cfg" for r in build_ladder(
+        LaunchSpec(T2V), hypothetical_gpus([141.0, 141.0]), RequestShape(1280, 720, 81, cfg=False))[0])
 
 
 def test_80gb_i2v_720p_needs_offload_and_says_why():
@@ -66,21 +75,22 @@ def test_geforce_without_p2p_prefers_cfg_over_ulysses():
     every = [r.spec.parallel.mode for r in rungs]
     last_cfg = max(i for i, m in enumerate(every) if m == "cfg")
     assert all(m != "ulysses" and m != "tensor" for m in every[:last_cfg])   # CFG rungs, offload too, first
-    assert any("peer-to-peer" in n and "CFG-parallel configuration" in n for n in notes)
+    assert any("without peer-to-peer access: CFG parallel" in n for n in notes)
     rec = recommend(TI2V, RequestShape(832, 480, 81), gpus, p2p=False, host_available_gib=64.0)
     assert rec.spec.parallel.mode == "cfg"
-    assert any("CFG-parallel configuration" in n for n in rec.notes)
+    assert any("without peer-to-peer access: CFG parallel" in n for n in rec.notes)
     # with peer-to-peer (or datacenter cards) the plain speed order applies: no GeForce reordering, and
     # 0.30's measured costs put CFG parallel with module offload before tensor parallel
     rec_p2p = recommend(TI2V, RequestShape(832, 480, 81), gpus, p2p=True, host_available_gib=64.0)
-    assert not any("CFG-parallel configuration" in n for n in rec_p2p.notes)
+    assert not any("peer-to-peer" in n for n in rec_p2p.notes)
     assert rec_p2p.spec.parallel.mode == "cfg" and rec_p2p.spec.memory.offload == "module"
 
 
 def test_datacenter_gpus_keep_cfg_then_ulysses_order_and_all_rungs_validate():
     gpus = [GpuInfo(0, "NVIDIA H100 80GB HBM3", 79.6), GpuInfo(1, "NVIDIA H100 80GB HBM3", 79.6)]
     rungs, _ = build_ladder(LaunchSpec(T2V), gpus, RequestShape(832, 480, 81), p2p=True)
-    assert rungs[0].spec.parallel.mode == "cfg" and rungs[1].spec.parallel.mode == "ulysses"
+    modes = [r.spec.parallel.mode for r in rungs]
+    assert modes[0] == "cfg" and next(m for m in modes if m != "cfg") == "ulysses"
     for r in rungs:
         r.spec.validate(visible_gpus=2)
     # the slowest by the measured costs (SPEED_COSTS): module offload on one GPU (+32% engine time),
@@ -132,11 +142,8 @@ def test_keeps_non_memory_settings_of_a_given_spec():
 
 
 def test_recommend_without_gpus_says_how():
-    class NoNvml:
-        def nvmlInit(self):
-            raise RuntimeError("NVML Shared Library Not Found")
     with pytest.raises(LauncherError) as exc:
-        recommend(T2V, None, None, nvml=NoNvml())
+        recommend(T2V, None, None, nvml=broken_nvml())
     assert "--gpu-memory" in exc.value.fix
 
 

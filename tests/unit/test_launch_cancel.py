@@ -1,4 +1,5 @@
 """Cancel during a launch (issue 11): the process group is gone within 2 s, LaunchCancelled is raised.
+The bound is cancel_latency.LAUNCH_CANCEL_S, the one every launch-cancel test asserts.
 
 The "server" here is a fault: a process that ignores SIGINT/SIGTERM, has a child that does
 too, never answers HTTP and (optionally) keeps writing a download into the Hugging Face
@@ -16,6 +17,7 @@ from typing import Optional
 
 import pytest
 
+from cancel_latency import LAUNCH_CANCEL_S
 from processes import alive
 from vllm_omni_launcher.errors import LauncherError
 from vllm_omni_launcher.server import registry
@@ -86,7 +88,7 @@ def test_cancel_while_starting_stops_the_stubborn_group_within_2s(tmp_path: Path
     with pytest.raises(LaunchCancelled) as caught:
         sup.start(should_cancel=cancel)
     took = time.monotonic() - cancel.at
-    assert took < 3.0, f"cancel took {took:.2f} s (the issue allows 2 s)"
+    assert took < LAUNCH_CANCEL_S, f"cancel took {took:.2f} s (the issue allows 2 s)"
     err = caught.value
     assert isinstance(err, LauncherError) and err.kind == failures.CANCELLED
     assert "queue the prompt" in err.fix and "Starting" in err.why, "says what it was doing when cancelled"
@@ -112,7 +114,7 @@ def test_download_progress_then_cancel_through_the_registry(tmp_path: Path) -> N
         registry.get_or_start(LaunchSpec(model=TI2V, gpus=(0,)), config_for(tmp_path, HF_HOME=str(hf),
                                                                                FAKE_BLOBS=str(blobs)),
                               on_status=on_status, should_cancel=cancel)
-    assert time.monotonic() - cancel.at < 3.0
+    assert time.monotonic() - cancel.at < LAUNCH_CANCEL_S
     assert registry.all_servers() == [], "a cancelled new server is forgotten"
     assert_nothing_left(tmp_path, pgids[0], fake_pids(tmp_path))
     downloads = [s for s in seen if s.phase == "downloading"]

@@ -109,7 +109,7 @@ def test_env_key_goes_only_to_the_env_url(tmp_path: Path) -> None:
     assert config.api_key_for("http://127.0.0.1:3109/v1") == "k-env"
     assert config.api_key_for("http://127.0.0.1:31091") is None
     assert config.api_key_for("http://attacker.example") is None
-    assert config.remote_server("env") == RemoteServer("env", "http://127.0.0.1:3109", "k-env")
+    assert config.remote_servers == {"env": RemoteServer("env", "http://127.0.0.1:3109", "k-env")}
 
 
 def test_env_key_without_url_is_refused(tmp_path: Path) -> None:
@@ -120,7 +120,7 @@ def test_env_key_without_url_is_refused(tmp_path: Path) -> None:
 
 def test_env_url_without_key_is_a_keyless_server(tmp_path: Path) -> None:
     config = _load(tmp_path, VLLM_OMNI_LAUNCHER_REMOTE_URL="http://127.0.0.1:3109")
-    assert config.remote_server("http://127.0.0.1:3109/x") == RemoteServer("env", "http://127.0.0.1:3109")
+    assert config.remote_servers == {"env": RemoteServer("env", "http://127.0.0.1:3109")}
     assert config.api_key_for("http://127.0.0.1:3109") is None
 
 
@@ -131,13 +131,12 @@ def test_api_key_env_is_read_at_load(tmp_path: Path) -> None:
     assert "BOX_KEY" in err.why and "not set" in err.why and "export BOX_KEY" in err.fix
 
 
-def test_remote_server_finds_by_name_or_origin(tmp_path: Path) -> None:
+def test_named_servers_get_their_keys_by_origin(tmp_path: Path) -> None:
     config = _load(tmp_path, {"remote_servers": {"box": {"url": "http://gpu-box:8091/", "api_key": "k"},
                                                  "open": {"url": "http://127.0.0.1:9000"}}})
-    assert config.remote_server("box").api_key == "k"
-    assert config.remote_server("http://GPU-BOX:8091/v1").name == "box"
-    assert config.remote_server("open").api_key is None
-    assert config.remote_server("http://gpu-box:8092") is None and config.remote_server("nobody") is None
+    assert config.remote_servers["box"].api_key == "k" and config.remote_servers["open"].api_key is None
+    assert config.api_key_for("http://GPU-BOX:8091/v1") == "k"
+    assert config.api_key_for("http://gpu-box:8092") is None and config.api_key_for("http://127.0.0.1:9000") is None
 
 
 @pytest.mark.parametrize("entry, why", [

@@ -52,7 +52,8 @@ def test_interpolation_widgets_need_a_listed_rife_folder(tmp_path, monkeypatch):
     for model in (session.NO_MODEL, "/etc"):
         with pytest.raises(LauncherError) as err:
             session.interpolation_for("x2", model)
-        assert err.value.what == f"Frame interpolation model '{model}' is not available"
+        assert err.value.what == (f'interpolation_model got the string "{model}", which is not an available frame '
+                                  "interpolation model")
 
 
 @pytest.mark.parametrize("node_id", ["VLLMOmniGenerateVideo", "VLLMOmniGenerateBatch"])

@@ -13,12 +13,12 @@ import stat
 import subprocess
 import sys
 import textwrap
-import types
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
+from fake_nvml import FakeGpu, FakeNvml
 from vllm_omni_launcher.errors import LauncherError
 from vllm_omni_launcher.planner.launch_plan import GPU_MEMORY_ENV
 from vllm_omni_launcher.server.config import local_config
@@ -151,26 +151,9 @@ def test_the_default_lock_folder_is_the_machines_not_the_data_dirs(tmp_path: Pat
 
 
 # ---- CUDA_VISIBLE_DEVICES: indices, UUIDs and MIG names, mixed -------------------------------------------
-def fake_nvml(uuids: list[str], migs: dict[int, list[str]]) -> types.ModuleType:
-    """NVML of a machine whose GPUs have these UUIDs (and MIG instances): the GPU is what it fakes."""
-    mod = types.ModuleType("pynvml")
-    mod.nvmlInit = mod.nvmlShutdown = lambda: None
-    mod.nvmlDeviceGetCount = lambda: len(uuids)
-    mod.nvmlDeviceGetHandleByIndex = lambda i: ("gpu", i)
-    mod.nvmlDeviceGetUUID = lambda h: (uuids[h[1]] if h[0] == "gpu" else migs[h[1]][h[2]]).encode()
-
-    def max_migs(h):
-        if h[1] not in migs:
-            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
-        return len(migs[h[1]]) + 1
-    mod.nvmlDeviceGetMaxMigDeviceCount = max_migs
-
-    def mig_handle(h, i):
-        if i >= len(migs[h[1]]):
-            raise RuntimeError("NVML_ERROR_NOT_FOUND")             # an empty slot
-        return ("mig", h[1], i)
-    mod.nvmlDeviceGetMigDeviceHandleByIndex = mig_handle
-    return mod
+def fake_nvml(uuids: list[str], migs: dict[int, list[str]]) -> FakeNvml:
+    """NVML of a machine whose GPUs have these UUIDs (and MIG instances, each GPU's last MIG slot empty)."""
+    return FakeNvml([FakeGpu(uuid=uuid, migs=(*migs[i], None) if i in migs else None) for i, uuid in enumerate(uuids)])
 
 
 MACHINE = {UUID_0: 0, UUID_1: 1, MIG_1: 1}

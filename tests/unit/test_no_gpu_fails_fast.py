@@ -1,21 +1,22 @@
 """A local launch on a machine without an NVIDIA GPU (or naming GPUs it lacks) is refused at once,
 before the server environment is probed or anything starts, by the one function every launch
 path resolves through (Local Server, `generate`, `serve`), naming the way out; `argv`, which
-starts nothing, still prints the command. A GPU count from a workflow is capped before any
-list is built. NVML stands in as a fake module (the GPU is what it fakes)."""
+starts nothing, still prints the command. A GPU count or id list from a workflow is capped before
+any list is built. NVML stands in as a fake module (the GPU is what it fakes)."""
 from __future__ import annotations
 
 import sys
-import types
+import tracemalloc
 
 import pytest
 
 from comfy_standin import ComfyStandIn, run_node
+from fake_nvml import FakeGpu, FakeNvml
 from vllm_omni_launcher.cli import main
 from vllm_omni_launcher.errors import LauncherError, SpecError
-from vllm_omni_launcher.planner import gpus as gpus_mod
 from vllm_omni_launcher.planner.gpus import MAX_GPUS, parse_gpu_memory, scan_gpus, select_gpus
 from vllm_omni_launcher.planner.launch_plan import GPU_MEMORY_ENV, NO_GPU, ServingChoice
+from vllm_omni_launcher.server.config.config_values import shown
 from vllm_omni_launcher.server.launch import versions
 from vllm_omni_launcher.server.config.local_config import LocalConfig
 
@@ -28,32 +29,6 @@ NO_GPU_TEXT = (
     "cannot see, set VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB to their sizes (e.g. 80 or 24,24).")
 
 
-class _NvmlError(Exception):
-    """pynvml's NVMLError: `value` is NVML's return code."""
-
-    def __init__(self, value: int, text: str) -> None:
-        super().__init__(text)
-        self.value = value
-
-
-def _fake_nvml(init_error: "int | None" = None, count: int = 0) -> types.ModuleType:
-    mod = types.ModuleType("pynvml")
-    texts = {12: "NVML Shared Library Not Found", 9: "Driver Not Loaded", 4: "Insufficient Permissions"}
-
-    def init() -> None:
-        if init_error is not None:
-            raise _NvmlError(init_error, texts[init_error])
-
-    mod.nvmlInit = init
-    mod.nvmlShutdown = lambda: None
-    mod.nvmlDeviceGetCount = lambda: count
-    mod.nvmlSystemGetDriverVersion = lambda: "580.00"
-    mod.nvmlDeviceGetHandleByIndex = lambda i: i
-    mod.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(total=80 * gpus_mod.GIB, free=80 * gpus_mod.GIB)
-    mod.nvmlDeviceGetName = lambda h: "NVIDIA H100 80GB HBM3"
-    return mod
-
-
 @pytest.fixture()
 def machine(monkeypatch):
     """Install a fake NVML as `pynvml`; the server environment's probe must never run."""
@@ -64,8 +39,8 @@ def machine(monkeypatch):
         raise AssertionError("the server environment was probed before the GPU check")
     monkeypatch.setattr(versions, "detect", probed)
 
-    def use(**kwargs) -> None:
-        monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml(**kwargs))
+    def use(init_error: "int | None" = None, count: int = 0) -> None:
+        monkeypatch.setitem(sys.modules, "pynvml", FakeNvml([FakeGpu()] * count, init_error=init_error))
     return use
 
 
@@ -126,7 +101,24 @@ def test_gpu_ids_this_machine_lacks_are_refused_naming_the_way_out(machine):
 def test_a_gpu_count_is_capped_before_any_list_is_built(text):
     with pytest.raises(SpecError) as err:
         select_gpus(text, [])              # no GPU visible: the ids would be made up to the count
-    assert err.value.setting == "gpus" and str(err.value).startswith(f"GPU count {text[6:]} is out of range")
+    assert err.value.setting == "gpus" and str(err.value).startswith(f'gpus got the string "{text}", a GPU count out '
+                                                                     "of range")
+
+
+def test_a_gpu_id_list_is_capped_before_it_is_split_or_converted():
+    ids = ",".join(map(str, range(100_000)))        # the gpus widget is the workflow's: any length arrives
+    tracemalloc.start()
+    try:
+        with pytest.raises(SpecError) as err:
+            select_gpus(ids, [])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert err.value.setting == "gpus"
+    assert str(err.value).startswith(f"gpus got {shown(ids)}, which lists more than {MAX_GPUS} GPU ids. Why: ")
+    # copies of the text (stripped, lower-cased) at most: split whole, its 100,000 ids alone take over 10 times it
+    assert peak < 4 * len(ids)
+    assert select_gpus(",".join(map(str, range(MAX_GPUS))), []) == tuple(range(MAX_GPUS))   # the cap itself passes
 
 
 def test_a_size_list_is_capped_too():

@@ -18,7 +18,8 @@ import pytest
 
 import hostile_server as hs
 from clips import NOISY_F as F, NOISY_H as H, NOISY_W as W, noisy_clip
-from hostile_jobs import CANCEL_LATENCY_S, CONTENT_PATH as PATH, CancelOnceBlocked, file_route, job_body, job_routes
+from cancel_latency import CANCEL_LATENCY_S
+from hostile_jobs import CONTENT_PATH as PATH, CancelOnceBlocked, file_route, job_body, job_routes
 from vllm_omni_launcher.client import streamed_download
 from vllm_omni_launcher.client.api import VideoClient, VideoRequest
 from vllm_omni_launcher.client.body_buffer import BodyBuffer

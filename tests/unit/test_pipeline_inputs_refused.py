@@ -43,7 +43,8 @@ def test_generate_refuses_audio_for_a_model_without_speech(capsys, _no_server, t
 def test_generate_s2v_without_audio_names_the_option(capsys, _no_server, tmp_path):
     (tmp_path / "face.png").write_bytes(portrait_png())
     err = _clirefused(capsys, ["generate", "--prompt", "x", "--model", S2V.hf_id, "--image", "face.png"])
-    assert err.startswith("error: Wan2.2 S2V-14B needs --image and --audio.")
+    assert err == ("error: Wan2.2 S2V-14B needs audio. Why: speech-to-video follows the audio (upstream fails the job "
+                   "with 'No audio provided'). Fix: pass --audio SPEECH.wav.\n")
 
 
 def test_generate_vace_refuses_a_control_video_of_another_length(capsys, _no_server, tmp_path):
@@ -51,6 +52,24 @@ def test_generate_vace_refuses_a_control_video_of_another_length(capsys, _no_ser
     err = _clirefused(capsys, ["generate", "--prompt", "x", "--model", VACE_SMALL.hf_id, "--control-video", "pose.mp4",
                             "--frames", "17"])
     assert "error: The control video has 9 frames, the request 17." in err
+
+
+def _refused_before_reading(capsys, *argv: str) -> str:
+    err = _clirefused(capsys, ["generate", "--prompt", "x", "--model", VACE_SMALL.hf_id, *argv])
+    assert "no such file" not in err                    # models.check_inputs ran before the files are opened
+    return err
+
+
+def test_generate_refuses_a_control_video_with_references_before_reading_either(capsys, _no_server):
+    assert _refused_before_reading(capsys, "--control-video", "missing.mp4", "--reference-image", "missing.png") == (
+        "error: The request has both --control-video and --reference-image. Why: vLLM-Omni takes one image or one "
+        "video per request for Wan (it answers 400 'does not support mixed image and video references'). Fix: leave "
+        "--reference-image out or leave --control-video out.\n")
+
+
+def test_generate_refuses_too_many_references_before_reading_any(capsys, _no_server):
+    err = _refused_before_reading(capsys, *(arg for i in range(5) for arg in ("--reference-image", f"r{i}.png")))
+    assert err.startswith("error: 5 reference images were given.") and "as --reference-image" in err
 
 
 # ----------------------------------------------------------------------------- nodes

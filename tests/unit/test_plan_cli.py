@@ -56,11 +56,11 @@ def test_plan_no_cfg_and_geforce(capsys):
     assert rec["spec"]["parallel"]["mode"] == "ulysses"
 
 
-def test_plan_rejects_bad_input_as_a_launcher_error(capsys):
+def test_plan_rejects_a_bad_request_as_a_launcher_error_and_bad_sizes_as_usage(capsys):
     assert main(["plan", "--model", "Wan-AI/Wan2.2-T2V-A14B-Diffusers", "--frames", "80", "--gpu-memory", "80"]) == 1
     assert "4k+1" in capsys.readouterr().err
-    assert main(["plan", "--model", "Wan-AI/Wan2.2-T2V-A14B-Diffusers", "--gpu-memory", "lots"]) == 1
-    assert "--gpu-memory 'lots' is not valid" in capsys.readouterr().err
+    assert main(["plan", "--model", "Wan-AI/Wan2.2-T2V-A14B-Diffusers", "--gpu-memory", "lots"]) == 2
+    assert 'argument --gpu-memory: the string "lots" is not a size' in capsys.readouterr().err
 
 
 def test_plan_exits_3_when_nothing_fits_and_says_why(capsys):

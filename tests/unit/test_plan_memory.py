@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from fake_nvml import broken_nvml
 from vllm_omni_launcher.planner.calibration import CALIBRATION
 from vllm_omni_launcher.planner.memory import RequestShape, plan
 from vllm_omni_launcher.planner.model_sizes import builtin_sizes, model_sizes
@@ -229,16 +230,11 @@ def test_i2v_has_encode_phase_and_tokens():
 
 
 def test_no_gpu_and_json():
-    p = plan(LaunchSpec(T2V), None, None, nvml=_NoNvml(), host_available_gib=None)
+    p = plan(LaunchSpec(T2V), None, None, nvml=broken_nvml(), host_available_gib=None)
     assert p.fits is None and p.gpus[0].gpu is None
     assert any("no GPU information" in n for n in p.notes)
     json.dumps(p.to_dict())
     assert "DiT weights" in p.text()
-
-
-class _NoNvml:
-    def nvmlInit(self):
-        raise RuntimeError("NVML Shared Library Not Found")
 
 
 def test_free_memory_is_used_when_known():

@@ -28,7 +28,7 @@ def test_the_recommended_replica_command_pastes_into_a_shell_as_its_argv(monkeyp
     assert "--stage-overrides" in rec.spec.flags()
     words = shlex.split(_command_line(rec.text))
     assert words[0] == "CUDA_VISIBLE_DEVICES=0,1"
-    assert words[1:] == ["vllm", "serve", TI2V, *rec.spec.flags()[1:]]
+    assert words[1:] == ["vllm", "serve", TI2V, *rec.spec.flags()] and words[4] == "--omni"
 
 
 def test_the_plan_command_prints_quoted_stage_overrides(capsys):
@@ -46,4 +46,4 @@ def test_the_plan_command_prints_quoted_stage_overrides(capsys):
 def test_a_memory_plans_flags_line_is_shell_words():
     spec = LaunchSpec(model=TI2V, gpus=(0, 1), replicas=2)
     line = next(ln for ln in plan(spec, None, [80.0, 80.0]).text().splitlines() if ln.startswith("flags: "))
-    assert shlex.split(line[len("flags: "):]) == spec.flags()[1:]
+    assert shlex.split(line[len("flags: "):]) == spec.flags() and spec.flags()[0] == "--omni"   # all of them

@@ -1,6 +1,9 @@
 """Secret names are masked and server-provided text cannot drive a terminal or reorder UI text."""
 from __future__ import annotations
 
+import random
+import re
+
 import pytest
 
 from vllm_omni_launcher.errors.redact import is_secret_name, mask_env, mask_url_password, strip_control
@@ -38,3 +41,27 @@ def test_mask_url_password_leaves_plain_urls() -> None:
 ])
 def test_strip_control(raw: str, clean: str) -> None:
     assert strip_control(raw) == clean
+
+
+# The pattern before it was made linear: the reference its results must equal.
+_QUADRATIC = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*):[^@\s/]*@")
+
+
+@pytest.mark.parametrize("text, masked", [
+    ("a" * 200_000, "a" * 200_000),                                              # one long scheme-like run
+    ("a1" * 100_000 + " http://u:pw@h", "a1" * 100_000 + " http://u:***@h"),     # digits give no new start
+    ("x" * 100_000 + "://u:" + "p" * 100_000 + "@h", "x" * 100_000 + "://u:***@h"),
+    ("a://" + "x:" * 100_000, "a://" + "x:" * 100_000),                          # a password that never ends
+    ("http://a:b@c/ " * 15_000, "http://a:***@c/ " * 15_000),
+])
+def test_mask_url_password_handles_200k_characters(text: str, masked: str) -> None:
+    assert mask_url_password(text) == masked
+
+
+def test_mask_url_password_masks_what_the_old_pattern_masked() -> None:
+    rng = random.Random(7)
+    for _ in range(20_000):
+        text = "".join(rng.choice("ab1+.:/@ -") for _ in range(rng.randint(0, 24)))
+        assert mask_url_password(text) == _QUADRATIC.sub(r"\g<head>:***@", text), text
+    for text in ("1http://u:p@h", "+http://u:p@h", "x.y+z://u:p@h", "123://u:p@h", "see ftp://me:pw@h:21/x"):
+        assert mask_url_password(text) == _QUADRATIC.sub(r"\g<head>:***@", text)

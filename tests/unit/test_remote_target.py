@@ -37,7 +37,8 @@ def test_a_typed_url_loses_v1_and_gets_a_key_only_for_a_configured_origin(config
 def test_an_unknown_name_says_where_remote_servers_are_configured(config_file):
     with pytest.raises(LauncherError) as err:
         remote_target(load_local_config(), "http://127.0.0.1:8091", "gpu-box")
-    assert err.value.what == "Remote server 'gpu-box' is not configured on this machine"
+    assert err.value.what == ('Remote Server got the string "gpu-box" as remote_server, which is not configured on '
+                              "this machine")
     assert err.value.setting == "remote_server" and f"pick '{USE_URL}'" in err.value.fix
 
 

@@ -152,12 +152,16 @@ def test_auto_suggests_replicas_for_a_queued_batch_when_one_gpu_fits(monkeypatch
     assert "jobs are queued" not in _resolve(ServingChoice(), TI2V, queued_jobs=4).text
 
 
-def test_an_explicit_replica_that_does_not_fit_its_gpu_is_warned_about(monkeypatch):
-    monkeypatch.setenv(GPU_MEMORY_ENV, "16,80")
-    plan = _resolve(ServingChoice(parallel_mode="none", replicas=2, gpus="0,1"), TI2V)
+def test_an_explicit_replica_that_does_not_fit_its_gpu_is_warned_about_or_refused(monkeypatch):
+    choice = ServingChoice(parallel_mode="none", replicas=2, gpus="0,1")
+    monkeypatch.setenv(GPU_MEMORY_ENV, "24,80")        # replica 0 loads on its 24 GiB, its default clip does not run
+    plan = _resolve(choice, TI2V)
     assert plan.spec.replicas == 2
-    (warning,) = [w for w in plan.warnings if "memory plan" in w]
-    assert "replica 0 on GPU(s) 0" in warning and "replica 1" not in warning
+    assert plan.text.startswith("WARNING: the memory plan says these settings do not fit: ")
+    assert "vs 24.0 GiB per GPU (GPU 0) " in plan.text
+    monkeypatch.setenv(GPU_MEMORY_ENV, "16,80")        # replica 0 cannot even load on its 16 GiB
+    with pytest.raises(LauncherError, match=r"do not fit the GPUs: peak \S+ GiB vs 16.0 GiB per GPU \(GPU 0\)"):
+        _resolve(choice, TI2V)
 
 
 def test_the_oom_step_down_applies_to_every_replica(monkeypatch):

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from fake_hf_cache import cache_file
+from fake_nvml import broken_nvml
 from vllm_omni_launcher.errors import failure_patterns as patterns
 from vllm_omni_launcher.models import FAMILIES, PIPELINE_FAMILIES
 from vllm_omni_launcher.planner.doctor import run_doctor
@@ -118,18 +119,18 @@ def test_only_s2v_outside_the_diffusers_layout_needs_the_vae_config(tmp_path):
 
 def test_doctor_reports_the_missing_vae_config_for_an_offline_s2v_server(offline, tmp_path):
     config = LocalConfig(data_dir=str(tmp_path / "data"), extra_env={"HF_HUB_OFFLINE": "1"})
-    check = run_doctor(S2V_ID, config=config, nvml=_NoNvml(), runner=_no_env_script).check("s2v_vae_config")
+    check = run_doctor(S2V_ID, config=config, nvml=broken_nvml(), runner=_no_env_script).check("s2v_vae_config")
     refusal = hf_cache.wan_vae_config_refusal(S2V_ID, S2V, {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(offline)})
     assert check.status == PROBLEM and check.summary == f"{refusal.what}: {refusal.why}" and check.fix == refusal.fix
     entry = cache_file(offline, REPO, FILE, VAE_CONFIG)
-    check = run_doctor(S2V_ID, config=config, nvml=_NoNvml(), runner=_no_env_script).check("s2v_vae_config")
+    check = run_doctor(S2V_ID, config=config, nvml=broken_nvml(), runner=_no_env_script).check("s2v_vae_config")
     assert check.status == OK and str(entry) in check.summary
 
 
 def test_doctor_names_the_download_for_a_later_offline_start_when_online(offline, tmp_path, monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE")
     config = LocalConfig(data_dir=str(tmp_path / "data"))
-    check = run_doctor(S2V_ID, config=config, nvml=_NoNvml(), runner=_no_env_script).check("s2v_vae_config")
+    check = run_doctor(S2V_ID, config=config, nvml=broken_nvml(), runner=_no_env_script).check("s2v_vae_config")
     assert check.status == OK and "the server fetches it from the Hub at load" in check.summary
     assert f"hf download {REPO} {FILE} --cache-dir {offline}" in check.summary
 
@@ -143,11 +144,6 @@ def test_the_real_upstream_failure_is_explained_with_the_same_advice():
     assert f"upstream stops with: {patterns.WAN_VAE_CONFIG_LINE}" in err.why
     assert f"`hf download {REPO} {FILE}`" in err.fix and err.fix.endswith("the whole server log is /logs/s2v.log")
     assert "LocalEntryNotFoundError" in err.raw         # matched before the generic not-found rule
-
-
-class _NoNvml:
-    def nvmlInit(self):
-        raise RuntimeError("NVML Shared Library Not Found")
 
 
 def _no_env_script(cmd, **kwargs):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from fake_nvml import broken_nvml
 from vllm_omni_launcher.models import ALL_FAMILIES, PIPELINE_FAMILIES
 from vllm_omni_launcher.planner.doctor import run_doctor
 from vllm_omni_launcher.planner.doctor_report import OK, PROBLEM
@@ -113,11 +114,6 @@ def test_a_partial_s2v_folder_falls_back_to_the_table_and_says_so(tmp_path):
     assert any(n.startswith(f"{AUDIO}/ is not there yet") for n in s.notes)
 
 
-class _NoNvml:
-    def nvmlInit(self):
-        raise RuntimeError("NVML Shared Library Not Found")
-
-
 def _no_env_script(cmd, **kwargs):
     """The doctor's server-environment script is not what these tests check: it is not run."""
     return subprocess.CompletedProcess(cmd, 1, stdout="", stderr="not run by this test")
@@ -125,9 +121,9 @@ def _no_env_script(cmd, **kwargs):
 
 def test_doctor_checks_an_s2v_original_folder_by_its_own_files(tmp_path):
     folder = _s2v_folder(tmp_path / "s2v")
-    check = run_doctor(str(folder), nvml=_NoNvml(), runner=_no_env_script).check("model")
+    check = run_doctor(str(folder), nvml=broken_nvml(), runner=_no_env_script).check("model")
     assert check.status == OK and "(original layout)" in check.summary and "0.0 GiB audio encoder" in check.summary
     (folder / "models_t5_umt5-xxl-enc-bf16.pth").unlink()
-    check = run_doctor(str(folder), nvml=_NoNvml(), runner=_no_env_script).check("model")
+    check = run_doctor(str(folder), nvml=broken_nvml(), runner=_no_env_script).check("model")
     assert check.status == PROBLEM and "missing models_t5_umt5-xxl-enc-bf16.pth" in check.summary
     assert f"huggingface-cli download {S2V.hf_id} --local-dir {folder}" in check.fix

@@ -20,7 +20,7 @@ from vllm_omni_launcher.planner.doctor_report import UNCHECKED
 from vllm_omni_launcher.server.config.local_config import LocalConfig
 from vllm_omni_launcher.server.config.server_env import SETUP_COMMAND, default_server_env
 
-SETUP = "python -m vllm_omni_launcher setup"
+SETUP = f"{sys.executable} -m vllm_omni_launcher setup"   # the tests' venv has the package installed (-e)
 
 
 @pytest.fixture(autouse=True)
@@ -150,6 +150,7 @@ def test_setup_on_the_real_pinned_env_says_ready_and_installs_nothing(server_env
     assert "vllm 0.30.0 + vllm-omni 0.30.0" in out and "torch 2.13" in out
     assert f"torch.cuda.device_count() = {_torch_device_count(server_env_python)}" in out
     assert f"export VLLM_OMNI_LAUNCHER_SERVER_ENV={target}" in out
+    assert f"next: open a template in ComfyUI, or {sys.executable} -m vllm_omni_launcher generate" in out
 
 
 def test_setup_runs_the_installer_then_checks_what_it_made(server_env_python, tmp_path, monkeypatch, capsys):

@@ -4,13 +4,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
 from vllm_omni_launcher.errors import SpecError
+from vllm_omni_launcher.models import FAMILIES
 from vllm_omni_launcher.server.launch.flags import NONEXISTENT_FLAGS
 from vllm_omni_launcher.server.launch.spec import (LaunchSpec, MemoryConfig, ParallelConfig, RuntimeConfig,
                                             parse_gpus, parse_parallel)
+from vllm_omni_launcher.server.launch.spec_rules import check_parallel, tensor_parallel_degrees
 
 T2V = "Wan-AI/Wan2.2-T2V-A14B-Diffusers"
 I2V = "Wan-AI/Wan2.2-I2V-A14B-Diffusers"
@@ -99,6 +102,35 @@ def test_ulysses_degree_must_divide_heads_in_strict_mode(model, degree):
     assert "attention heads" in str(err) and "advanced_uaa" in err.fix
     LaunchSpec(model, gpus=tuple(range(degree)),
                parallel=ParallelConfig("ulysses", degree, ulysses_mode="advanced_uaa")).validate()
+
+
+VACE_1_3B = "Wan-AI/Wan2.1-VACE-1.3B-diffusers"
+
+
+@pytest.mark.parametrize("model, degree", [(T2V, 3), (T2V, 5), (T2V, 6), (TI2V, 3), (TI2V, 6), (VACE_1_3B, 8)])
+def test_tensor_parallel_degree_must_split_heads_and_ffn_evenly(model, degree):
+    """vLLM's parallel linear layers refuse an uneven split at load: T2V-A14B's 40 heads by 3, TI2V-5B's
+    14336-wide feed-forward by 3 (its 24 heads would split), VACE-1.3B's 12 heads by 8."""
+    err = _error(LaunchSpec(model, gpus=tuple(range(degree)), parallel=ParallelConfig("tensor", degree)))
+    assert f"Tensor parallel degree {degree}" in err.what and "attention heads" in err.why
+    assert err.setting == "parallel_degree" and "parallel_degree" in err.fix and "--parallel tensor=2" in err.fix
+
+
+@pytest.mark.parametrize("model, degree", [(T2V, 2), (T2V, 4), (T2V, 8), (TI2V, 8), (VACE_1_3B, 4)])
+def test_tensor_parallel_degrees_that_split_evenly_validate(model, degree):
+    LaunchSpec(model, gpus=tuple(range(degree)), parallel=ParallelConfig("tensor", degree)).validate()
+
+
+def test_tensor_parallel_degrees_follow_the_familys_own_feed_forward_width():
+    """The rule reads the family's heads and ffn_dim, so it is exact for a shape no Wan repo has: 40 heads and a
+    13820-wide feed-forward (4 x 5 x 691) split by 2, 4 and 5, never by 8 (which the heads alone would allow)."""
+    family = replace(FAMILIES["t2v_a14b"], ffn_dim=13820)
+    assert tensor_parallel_degrees(family) == [2, 4, 5]
+    check_parallel(ParallelConfig("tensor", 5), family)
+    with pytest.raises(SpecError) as caught:
+        check_parallel(ParallelConfig("tensor", 8), family)
+    assert "Tensor parallel degree 8" in caught.value.what and "13820-wide feed-forward" in caught.value.why
+    assert "[2, 4, 5]" in caught.value.fix
 
 
 def test_unknown_model_family():

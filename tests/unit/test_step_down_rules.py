@@ -3,19 +3,18 @@ turns VAE tiling on and nothing else, a step never undoes FP8, and a leaner rung
 failing peak by at least MIN_GAIN_GIB (a smaller gain is within the estimate's error)."""
 from __future__ import annotations
 
-import importlib
 from dataclasses import replace
 
 import pytest
 
 from vllm_omni_launcher.planner.gpus import hypothetical_gpus
 from vllm_omni_launcher.planner.memory import RequestShape, plan
+from vllm_omni_launcher.planner import step_down as STEP_DOWN
 from vllm_omni_launcher.planner.step_down import MIN_GAIN_GIB, step_down
 from vllm_omni_launcher.server.launch.spec import LaunchSpec, MemoryConfig, ParallelConfig
 
 TI2V = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
 T2V = "Wan-AI/Wan2.2-T2V-A14B-Diffusers"
-STEP_DOWN = importlib.import_module("vllm_omni_launcher.planner.step_down")   # the package exports the function
 
 
 @pytest.mark.parametrize("spec", [

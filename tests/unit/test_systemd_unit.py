@@ -7,7 +7,7 @@
   starts nothing; `systemd-analyze verify` finds nothing in it (systemd reports unit problems as
   warnings with exit 0, so any line naming the unit is a failure);
 * the unit keeps the process-group contract: Type=notify, KillMode=mixed, a stop timeout above the
-  launcher's own 30 s stop;
+  launcher's own stop (server/process/timeouts.py's deadlines);
 * `notify` sends one datagram to `$NOTIFY_SOCKET` (a path or an abstract name), collapses newlines,
   and is a quiet no-op without systemd or when the socket is gone.
 The supervision under systemd's signals (SIGTERM to the launcher, SIGKILL to what is left) is
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -28,7 +29,10 @@ import pytest
 
 from vllm_omni_launcher.cli import main, serve_cmd
 from vllm_omni_launcher.cli.systemd_service import UnitInputs, notify, render_unit
+from vllm_omni_launcher.server.process import timeouts
 from vllm_omni_launcher.errors import LauncherError
+from vllm_omni_launcher.errors import config_names
+from vllm_omni_launcher.server.config.local_config import load_local_config
 
 REPO = Path(__file__).resolve().parents[2]
 DOC_UNIT = REPO / "docs" / "deploy" / "vllm-omni-launcher.service"
@@ -95,6 +99,18 @@ def test_a_key_file_the_operator_names_becomes_the_credential(capsys, tmp_path, 
     assert k["ExecStart"][0].endswith("--api-key-from %d/api-key") and "/srv/keys" not in k["ExecStart"][0]
 
 
+def test_the_units_environment_read_back_is_this_commands_config(capsys, tmp_path, monkeypatch):
+    """The variables the unit sets are the ones the config reads (named from the settings' declarations)."""
+    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_SERVER_CMD", "'/opt/vllm env/bin/vllm' --flag")
+    monkeypatch.setenv("VLLM_OMNI_LAUNCHER_GPU_LOCK_DIR", str(tmp_path / "locks"))
+    words = keys(printed_unit(capsys, tmp_path, monkeypatch))["Environment"]
+    env = dict(shlex.split(word)[0].split("=", 1) for word in words)     # a quoted one: "NAME=a value"
+    service = load_local_config(env)
+    assert env[config_names.CONFIG_VAR] == str(tmp_path / "launcher.json")
+    assert service.server_command == ("/opt/vllm env/bin/vllm", "--flag")
+    assert (service.data_dir, service.gpu_lock_dir) == (str(tmp_path / "data"), str(tmp_path / "locks"))
+
+
 @pytest.mark.parametrize("options", [("--join", "10.0.0.5:29555"), ("--no-api-key",)])
 def test_a_keyless_serve_gets_no_credential(capsys, tmp_path, monkeypatch, options):
     k = keys(printed_unit(capsys, tmp_path, monkeypatch, *options))
@@ -105,7 +121,8 @@ def test_a_keyless_serve_gets_no_credential(capsys, tmp_path, monkeypatch, optio
 def test_the_unit_keeps_the_process_group_contract():
     k = keys(render_unit(EXAMPLE))
     assert k["KillMode"] == ["mixed"] and k["KillSignal"] == ["SIGTERM"] and k["NotifyAccess"] == ["main"]
-    assert int(k["TimeoutStopSec"][0].rstrip("s")) > 30 + 30          # the launcher's stop, with room
+    # the launcher's stop (a cancelled start's replace, then the supervisor's stop), with room
+    assert int(k["TimeoutStopSec"][0].rstrip("s")) >= 2 * (timeouts.REPLACE_STOP_S + timeouts.STOP_S)
     assert k["Restart"] == ["on-failure"] and k["RestartPreventExitStatus"] == ["2"]
     assert k["StandardOutput"] == ["journal"] and k["StandardError"] == ["journal"]
 

@@ -25,7 +25,8 @@ from PIL import Image
 import hostile_media as hm
 import hostile_server as hs
 from clips import solid_clip
-from hostile_jobs import CANCEL_LATENCY_S, JOB, CancelOnceBlocked, job_routes
+from cancel_latency import CANCEL_LATENCY_S
+from hostile_jobs import JOB, CancelOnceBlocked, job_routes
 from vllm_omni_launcher.cli import generate_cmd
 from vllm_omni_launcher.client import frames, server_mp4
 from vllm_omni_launcher.client.api import VideoClient, VideoRequest
