@@ -322,8 +322,8 @@ def server_report(handle: Optional[ServerHandle], node_id: Optional[str]) -> tup
     lines = []
     for sup in servers:
         st = sup.status()
-        gpus = ",".join(map(str, sup.spec.gpus)) if sup.spec.gpus is not None else "all visible"
-        line = f"{sup.spec.served_name} on GPUs {gpus} at {st.url or '(no port yet)'}: {_state(st)}"
+        where = f"{registry.describe_gpus(sup.spec.gpus)} at {st.url or '(no port yet)'}"
+        line = f"{sup.spec.served_name} on {where}: {_state(st)}"
         line += f"; log: {st.log_path}" if st.log_path else ""
         if st.last_error:
             line += f"\n  last error: {st.last_error}"

@@ -78,11 +78,12 @@ class DoctorReport:
         def named(checks: list[Check], word: str, names: bool) -> str:
             counted, listed = f"{len(checks)} {word}{'s' if len(checks) != 1 else ''}", ", ".join(c.name for c in checks)
             return f"{counted} ({listed})" if names and len(listed) <= VERDICT_NAMES else counted
-        # The problems are named (the fix below is the first one's); warnings only where there is no problem,
-        # so the line stays short enough for the node.
-        parts = [named(self.problems, "problem", True)] if self.problems else []
-        parts += [named(self.warnings, "warning", not self.problems)] if self.warnings else []
-        head = f"{'FAIL' if self.problems else 'OK'}: {'; '.join(parts) or 'no problems'}"
+        # The problems, or where there is none the warnings: one short line the node shows whole (the
+        # report's last line counts both).
+        if self.problems:
+            head = f"FAIL: {named(self.problems, 'problem', True)}"
+        else:
+            head = f"OK: {named(self.warnings, 'warning', True) if self.warnings else 'no problems'}"
         text = f"{head}\n{self.box()[0].upper()}{self.box()[1:]}."
         first = self.problems[0] if self.problems else None
         return text + (f"\nFirst fix, {first.name}: {first.fix}" if first is not None and first.fix else "")

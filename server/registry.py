@@ -32,6 +32,7 @@ from .launch import lora_files
 from .launch.spec import LaunchSpec
 from .logs.failures import LaunchCancelled, ServerFailure
 from .process import cancel_wait, timeouts
+from .process.gpu_lock import describe as describe_gpus
 from .process.process_group import group_members
 from .process.timeouts import REPLACE_STOP_S, STOP_S
 from .supervision import adoption
@@ -41,7 +42,7 @@ from .supervision.supervisor import Fallback, Supervisor
 
 __all__ = ["Supervisor", "Status", "LaunchCancelled", "ServerFailure", "ServerRole", "HeadRole", "JoinRole",
            "group_members", "all_servers", "find", "replan", "get_or_start", "stop", "stop_all",
-           "install_exit_handlers", "gpus_overlap", "STOP_S", "REPLACE_STOP_S"]
+           "install_exit_handlers", "gpus_overlap", "describe_gpus", "STOP_S", "REPLACE_STOP_S"]
 
 _servers: list[Supervisor] = []
 _replanned: dict[str, str] = {}        # fingerprint asked for -> fingerprint of the server a re-plan gave it

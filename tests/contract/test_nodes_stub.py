@@ -226,7 +226,7 @@ def test_status_node_reports_the_server(local):
     live = supervisor.find(handle.server_id)          # after the restart above: a new port, same handle
     out = run_node("VLLMOmniServerStatus", server=handle, unique_id="status")
     # one statement: where it runs, its phase (the ready text's repeat of model and URL left out), its log
-    assert live.log_path and out[0] == f"{TI2V} on GPUs all visible at {live.url}: Ready; log: {live.log_path}"
+    assert live.log_path and out[0] == f"{TI2V} on all visible GPUs at {live.url}: Ready; log: {live.log_path}"
     assert comfy.texts[-1] == (out[0], "status")
 
 
