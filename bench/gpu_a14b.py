@@ -32,7 +32,7 @@ from typing import Any, Callable
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
-from gpu.common import gpu_processes, import_package as _import_package, server_command, server_extra_env  # noqa: E402
+from gpu.common import import_package as _import_package, server_command, server_extra_env  # noqa: E402
 
 PROMPT = "a red fox running through snow"
 STOP_RESERVE_S = 35.0          # stopping the server and writing the report after the last job
@@ -167,13 +167,11 @@ def planner_prediction(spec: Any, job: Job) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace, save: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-    from gpu.common import Gpu
-    from vllm_omni_launcher.client.api import VideoClient
+    from gpu.common import Gpu, ServerRun
     from vllm_omni_launcher.models import family_for, request_for
     from vllm_omni_launcher.server.launch import versions
     from vllm_omni_launcher.server.config.local_config import LocalConfig
     from vllm_omni_launcher.server.launch.spec import LaunchSpec, RuntimeConfig
-    from vllm_omni_launcher.server.supervision.supervisor import Supervisor
 
     t_begin = time.monotonic()
     left = lambda: args.deadline_s - (time.monotonic() - t_begin)  # noqa: E731
@@ -194,19 +192,15 @@ def run(args: argparse.Namespace, save: Callable[[dict[str, Any]], None]) -> dic
     gpu = Gpu(True)
     config = LocalConfig(server_command=tuple(server_cmd), data_dir=args.data_dir, extra_env=extra_env,
                          startup_timeout_s=max(60.0, min(600.0, left() - STOP_RESERVE_S)))
-    sup = Supervisor(spec, config)
     phases: list[tuple[str, float]] = []
     t0 = time.monotonic()
-    try:
-        sup.start(on_status=lambda st: phases.append((st.phase, round(time.monotonic() - t0, 2)))
-                  if not phases or phases[-1][0] != st.phase else None)
-        report["ready_s"] = round(time.monotonic() - t0, 2)
+    with ServerRun(report, spec, config, tail_lines=60, settle_s=2.0) as run:
+        sup, client = run.start(on_status=lambda st: phases.append((st.phase, round(time.monotonic() - t0, 2)))
+                                if not phases or phases[-1][0] != st.phase else None)
         report["phases"] = phases
         report["nvml_after_ready_gib"] = _gib(gpu.peak_mib(time.monotonic() - 1.0))
         report["log_evidence"] = [line for line in sup.tail(400) if LOG_EVIDENCE.search(line)][-30:]
         save(report)
-        client = VideoClient(sup.url, api_key=sup.api_key, served_name=spec.served_name,
-                             server_version=sup.server_version)
         seen_shapes: set[str] = set()
         for seed, job in enumerate(job_plan(parse_shapes(args.shapes), args.guidance.split(",")), start=1):
             first_of_shape = job.shape not in seen_shapes
@@ -249,16 +243,7 @@ def run(args: argparse.Namespace, save: Callable[[dict[str, Any]], None]) -> dic
             report["jobs"].append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "planner_gpu"}), flush=True)
             save(report)
-    except Exception as exc:   # a failed start: the report says why, with the log's last lines
-        report["error"] = f"{type(exc).__name__}: {exc}"[:3000]
-        report["log_tail"] = sup.tail(60)
-    finally:
-        t_stop = time.monotonic()
-        sup.stop()
-        report["stop_s"] = round(time.monotonic() - t_stop, 2)
-        time.sleep(2.0)
-        report["gpu_processes_after_stop"] = gpu_processes()
-        gpu.close()
+    gpu.close()
     measured = [j for j in report["jobs"] if "wall_s" in j]
     report["summary"] = summarize(report["jobs"])
     report["ok"] = "error" not in report and bool(measured) and not any("error" in j for j in report["jobs"])

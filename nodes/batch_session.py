@@ -102,8 +102,10 @@ def _summary(result: BatchResult, clips: list[tuple[str, int]], note: str) -> st
 @dataclass
 class BatchProgress:
     """One bar over the denoise steps of all clips, and "clip k/n" in the text. Local: finished clips
-    count all their steps, running ones the step the log shows (a batched wave moves together).
-    Remote: clip by clip (the HTTP API has no steps)."""
+    count all their steps, in-progress ones the step the log shows. Remote: clip by clip (the HTTP API
+    has no steps). Several clips in progress at once are called just that, never said to run together:
+    one clip's VAE decode and MP4 encode beside the next clip's denoise looks the same to the polls
+    as a batched wave (see _summary)."""
 
     reporter: progress.NodeReporter
     clips: int
@@ -121,7 +123,8 @@ class BatchProgress:
             self.reporter.text(f"All {total} clips done in {elapsed}")
         elif running > 1:
             last = min(k + running - 1, total)
-            self.reporter.text(f"Clips {k}-{last}/{total} running together" + self._step_text(step) + f", {elapsed}")
+            self.reporter.text(f"Clips {k}-{last}/{total} in progress on the server" + self._step_text(step)
+                               + f", {elapsed}")
         elif running:
             self.reporter.text(f"Clip {k}/{total}" + self._step_text(step) + f", {elapsed} elapsed")
         else:

@@ -47,6 +47,7 @@ from .gpus import GpuInfo, hypothetical_gpus, query_gpus
 from .memory_plan import GpuPlan, MemoryPlan, MemoryTerm
 from .model_sizes import BF16, GIB, ModelSizes, model_sizes
 from .request_shape import RequestShape
+from .speed_costs import family_runs_cfg
 
 
 # --------------------------------------------------------------------------------------
@@ -221,7 +222,7 @@ def _rank_plan(spec: LaunchSpec, req: RequestShape, sizes: ModelSizes, family: W
         denoise += temb
     lat_f, lat_h, lat_w = req.latent(family)
     latent_gib = lat_f * lat_h * lat_w * family.latent_channels * 4 * req.batch / GIB
-    if req.cfg:
+    if family_runs_cfg(family, req.cfg):     # a step-distilled server forces guidance 1: no second branch
         cfg_gib = 2 * latent_gib + 2 * 512 * sizes.dit.text_dim * 2 / GIB
         note = ("CFG parallel: this rank runs one branch" if mode == "cfg" else
                 "positive and negative branches run one after another (no doubled activations); "
@@ -382,5 +383,5 @@ def _general_notes(spec: LaunchSpec, req: RequestShape, family: WanFamily, notes
         # upstream: vllm_omni/diffusion/registry.py:475-480 (0.30) sets vae_use_tiling with patch parallel
         notes.append("VAE patch parallel (Serving Config's vae_patch_parallel, CLI --vae-patch) turns VAE tiling "
                      "on by itself")
-    if spec.parallel.mode == "cfg" and not req.cfg:
+    if spec.parallel.mode == "cfg" and not family_runs_cfg(family, req.cfg):
         notes.append("CFG parallel with CFG off (guidance 1) leaves the second GPU idle: use ulysses instead")

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import time
 from pathlib import Path
 from typing import Any, Optional
 
-from .common import (Deadline, Gpu, gpu_processes, import_package, machine, mp4_encode_s, save_json,
-                     server_command, server_extra_env, stage_timings)
+from .common import (Deadline, Gpu, ServerRun, import_package, machine, mp4_encode_s, save_json, server_command,
+                     server_extra_env, stage_timings)
 
 CONFIGS = {"none": ("none", False), "tiling": ("none", True), "layerwise": ("layerwise", False),
            "layerwise_tiling": ("layerwise", True), "module": ("module", False), "module_tiling": ("module", True)}
@@ -124,10 +123,8 @@ class Calibration:
             return ""
 
     def config(self, name: str, shapes: list[tuple[int, int, int]], caps: list) -> dict:
-        from vllm_omni_launcher.client.api import VideoClient
         from vllm_omni_launcher.server.config.local_config import LocalConfig
         from vllm_omni_launcher.server.launch.spec import LaunchSpec, MemoryConfig, RuntimeConfig
-        from vllm_omni_launcher.server.supervision.supervisor import Supervisor
 
         offload, tiling = CONFIGS[name]
         spec = LaunchSpec(self.a.model, gpus=(0,), memory=MemoryConfig(offload=offload, vae_tiling=tiling),
@@ -141,14 +138,9 @@ class Calibration:
                                  "jobs": []}
         self.report["configs"].append(entry)
         self.set_cap(0)
-        sup = Supervisor(spec, config)
-        t0 = time.monotonic()
-        try:
-            sup.start()
-            entry["ready_s"] = round(time.monotonic() - t0, 2)
-            entry["nvml_after_ready_mib"] = self.gpu.peak_mib(time.monotonic() - 1.0)
-            client = VideoClient(sup.url, api_key=sup.api_key, served_name=spec.served_name,
-                                 server_version=sup.server_version)
+        with ServerRun(entry, spec, config, gpu=self.gpu, logs=self.a.logs, log_name=name, save=self.save,
+                       after_stop=lambda: self.set_cap(0)) as run:
+            sup, client = run.start()
             plan = [(None, s) for s in shapes] + list(caps)
             for cap, shape in plan:
                 need = self.a.job_guess_s * (shape[0] * shape[1] * shape[2]) / (1280 * 704 * 121) + 15
@@ -159,22 +151,8 @@ class Calibration:
                     self.set_cap(cap)
                 entry["jobs"].append(self.job(sup, client, spec, shape, cap))
                 self.save()
-                if not sup.alive():
-                    entry["server_died"] = sup.tail(30)
+                if run.died():
                     break
-        except Exception as exc:   # the report says what failed, with the server's own words
-            entry["error"] = f"{type(exc).__name__}: {exc}"[:3000]
-            entry["log_tail"] = sup.tail(40)
-        finally:
-            t_stop = time.monotonic()
-            sup.stop()
-            entry["stop_s"] = round(time.monotonic() - t_stop, 2)
-            self.set_cap(0)
-            entry["gpu_processes_after_stop"] = gpu_processes()
-            if sup.log_path and self.a.logs:
-                Path(self.a.logs).mkdir(parents=True, exist_ok=True)
-                shutil.copy2(sup.log_path, Path(self.a.logs) / f"{name}.log")
-            self.save()
         return entry
 
     def main(self) -> int:

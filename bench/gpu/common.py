@@ -1,6 +1,7 @@
 """What every GPU bench phase shares (`python -m bench.gpu ...` and the scripts beside it in bench/): the
 package the bench drives (this checkout or a pinned copy), the server command and environment, NVML
-sampling, the deadline, host-RAM sampling, the server log's timing lines, JSON out.
+sampling, one server's run (start, stop and their report fields), the deadline, host-RAM sampling, the server
+log's timing lines, JSON out.
 
 The scripts (bench/gpu_e2e.py, gpu_comfyui_e2e.py, ...) import it as `gpu.common` (bench/ on sys.path); this
 module imports none of them, so the bench has no import circle.
@@ -17,7 +18,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 REPO = Path(__file__).resolve().parents[2]
 # The package the bench drives: this checkout, or a pinned copy of it (a device run that must not see a tree
@@ -156,6 +157,73 @@ class Gpu:
 
     def close(self) -> None:
         self._stop.set()
+
+
+class ServerRun:
+    """One server of a bench phase, as a `with` block around its jobs. ``start()`` in the block starts the
+    Supervisor and gives (supervisor, client), the ready seconds (and NVML's figure then, given ``gpu``) in the
+    report entry. Leaving the block, however it ends, closes the client, stops the server (stop seconds, the GPU
+    processes left after it) and copies the server log (given ``logs``). An Exception in the block, a failed
+    start included, is a result rather than a crash: its text and the log's last lines go into the entry and the
+    phase goes on. One copy of this so every phase's server entry keeps one shape (the copies drifted)."""
+
+    def __init__(self, entry: dict, spec: Any, config: Any, *, gpu: Optional[Gpu] = None,
+                 logs: Optional[str] = None, log_name: str = "server", save: Optional[Callable[[], None]] = None,
+                 after_stop: Optional[Callable[[], None]] = None, tail_lines: int = 40, settle_s: float = 0.0):
+        from vllm_omni_launcher.server.supervision.supervisor import Supervisor
+
+        self.entry, self.spec, self.gpu = entry, spec, gpu
+        self.logs, self.log_name, self.save = logs, log_name, save
+        self.after_stop, self.tail_lines = after_stop, tail_lines
+        self.settle_s = settle_s      # NVML lists a process a moment after it exits: wait before reading the list
+        self.sup = Supervisor(spec, config)
+        self.client: Any = None
+
+    def __enter__(self) -> "ServerRun":
+        return self
+
+    def start(self, on_status: Optional[Callable[[Any], None]] = None) -> tuple[Any, Any]:
+        from vllm_omni_launcher.client.api import VideoClient
+
+        t0 = time.monotonic()
+        self.sup.start(on_status=on_status)
+        self.entry["ready_s"] = round(time.monotonic() - t0, 2)
+        if self.gpu is not None:
+            self.entry["nvml_after_ready_mib"] = self.gpu.peak_mib(time.monotonic() - 1.0)
+        self.client = VideoClient(self.sup.url, api_key=self.sup.api_key, served_name=self.spec.served_name,
+                                  server_version=self.sup.server_version)
+        return self.sup, self.client
+
+    def died(self) -> bool:
+        """After a job: whether the server is gone (its last lines then go into the entry), so no job follows."""
+        if self.sup.alive():
+            return False
+        self.entry["server_died"] = self.sup.tail(30)
+        return True
+
+    def __exit__(self, exc_type: Any, exc: Optional[BaseException], tb: Any) -> bool:
+        failed = isinstance(exc, Exception)     # not KeyboardInterrupt: a SIGINT still ends the phase
+        if failed:   # the report says what failed, with the server's own words
+            self.entry["error"] = f"{type(exc).__name__}: {exc}"[:3000]
+            self.entry["log_tail"] = self.sup.tail(self.tail_lines)
+        try:
+            if self.client is not None:
+                self.client.close()
+        finally:
+            t_stop = time.monotonic()
+            self.sup.stop()
+            self.entry["stop_s"] = round(time.monotonic() - t_stop, 2)
+            if self.after_stop is not None:
+                self.after_stop()
+            if self.settle_s:
+                time.sleep(self.settle_s)
+            self.entry["gpu_processes_after_stop"] = gpu_processes()
+            if self.sup.log_path and self.logs:
+                Path(self.logs).mkdir(parents=True, exist_ok=True)
+                shutil.copy2(self.sup.log_path, Path(self.logs) / f"{self.log_name}.log")
+            if self.save is not None:
+                self.save()
+        return failed
 
 
 class Deadline:

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from .common import (Deadline, Gpu, gpu_processes, import_package, last_step_rate, machine, mp4_encode_s,
+from .common import (Deadline, Gpu, ServerRun, import_package, last_step_rate, machine, mp4_encode_s,
                      postprocess_s, psnr, save_json, server_command, server_extra_env, stage_timings)
 
 PROMPT = "A red fox trotting through fresh snow in a birch forest at sunrise, soft golden light, cinematic"
@@ -173,9 +172,7 @@ class Levers:
                 "timings": {k: round(v, 4) for k, v in rep["timings"].items() if isinstance(v, (int, float))}}
 
     def config(self, name: str, jobs: list[int], cli_jobs: int) -> None:
-        from vllm_omni_launcher.client.api import VideoClient
         from vllm_omni_launcher.server.config.local_config import LocalConfig
-        from vllm_omni_launcher.server.supervision.supervisor import Supervisor
 
         entry: dict[str, Any] = {"config": name, "jobs": []}
         self.report["configs"].append(entry)
@@ -190,14 +187,8 @@ class Levers:
                              data_dir=self.a.data_dir, extra_env=server_extra_env(),
                              startup_timeout_s=self.a.startup_timeout_s,
                              **({"gpu_lock_dir": self.a.gpu_lock_dir} if self.a.gpu_lock_dir else {}))
-        sup = Supervisor(spec, config)
-        t0 = time.monotonic()
-        try:
-            sup.start()
-            entry["ready_s"] = round(time.monotonic() - t0, 2)
-            entry["nvml_after_ready_mib"] = self.gpu.peak_mib(time.monotonic() - 1.0)
-            client = VideoClient(sup.url, api_key=sup.api_key, served_name=spec.served_name,
-                                 server_version=sup.server_version)
+        with ServerRun(entry, spec, config, gpu=self.gpu, logs=self.a.logs, log_name=name, save=self.save) as run:
+            sup, client = run.start()
             plan = [(s, "client") for s in jobs] + [(jobs[-1] if self.a.cli_steps is None else self.a.cli_steps,
                                                      "cli")] * cli_jobs
             for steps, via in plan:
@@ -207,22 +198,8 @@ class Levers:
                     continue
                 entry["jobs"].append(self.job(name, sup, client, steps, via))
                 self.save()
-                if not sup.alive():
-                    entry["server_died"] = sup.tail(30)
+                if run.died():
                     break
-            client.close()
-        except Exception as exc:   # the report says what failed, with the server's own words
-            entry["error"] = f"{type(exc).__name__}: {exc}"[:3000]
-            entry["log_tail"] = sup.tail(40)
-        finally:
-            t_stop = time.monotonic()
-            sup.stop()
-            entry["stop_s"] = round(time.monotonic() - t_stop, 2)
-            entry["gpu_processes_after_stop"] = gpu_processes()
-            if sup.log_path and self.a.logs:
-                Path(self.a.logs).mkdir(parents=True, exist_ok=True)
-                shutil.copy2(sup.log_path, Path(self.a.logs) / f"{name}.log")
-            self.save()
 
     def main(self) -> int:
         for i, item in enumerate(self.a.configs.split(",")):

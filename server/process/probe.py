@@ -16,6 +16,7 @@ from typing import Optional
 from ...client.http_errors import model_ids, parse_body
 from ...client.transport import ONE_TRY, Deadlines, Reply, Transport
 from ...errors import LauncherError
+from .timeouts import JOBS_PROBE_S, PROBE_S
 
 
 def connect_host(host: str) -> str:
@@ -38,13 +39,13 @@ def _get(host: str, port: int, path: str, api_key: Optional[str], timeout: float
             return None
 
 
-def health(host: str, port: int, timeout: float = 2.0) -> Optional[int]:
+def health(host: str, port: int, timeout: float = PROBE_S) -> Optional[int]:
     """HTTP status of GET /health, or None when nothing answered."""
     reply = _get(host, port, "/health", None, timeout)
     return reply.status if reply is not None else None
 
 
-def served_models(host: str, port: int, api_key: Optional[str], timeout: float = 2.0) -> Optional[list[str]]:
+def served_models(host: str, port: int, api_key: Optional[str], timeout: float = PROBE_S) -> Optional[list[str]]:
     """Model ids from GET /v1/models, or None when it did not answer 200 with a list."""
     reply = _get(host, port, "/v1/models", api_key, timeout)
     if reply is None or reply.status != 200:
@@ -72,7 +73,8 @@ def port_available(host: str, port: int) -> bool:
     return True
 
 
-def video_jobs(host: str, port: int, api_key: Optional[str], timeout: float = 5.0) -> Optional[dict[str, str]]:
+def video_jobs(host: str, port: int, api_key: Optional[str],
+               timeout: float = JOBS_PROBE_S) -> Optional[dict[str, str]]:
     """The server's jobs, id -> status, from GET /v1/videos (the newest 100); None when it did not
     answer 200 with a job list."""
     reply = _get(host, port, "/v1/videos?limit=100", api_key, timeout)

@@ -54,7 +54,7 @@ class ServerProcess:
                     and not _same_process(self.server_pid, self.server_create_time):
                 # The server died; the watchdog reports its exit code within its poll period.
                 try:
-                    code = self.popen.wait(timeout=1.0)
+                    code = self.popen.wait(timeout=timeouts.WATCHDOG_EXIT_S)
                 except subprocess.TimeoutExpired:
                     return None
             self.exit_code = code
@@ -185,11 +185,11 @@ def owns_group(pgid: int, leader_create_time: Optional[float]) -> bool:
 def _terminate_quietly(proc: subprocess.Popen) -> None:
     try:
         proc.terminate()
-        proc.wait(timeout=2)
+        proc.wait(timeout=timeouts.GUARD_EXIT_S)
     except (OSError, subprocess.TimeoutExpired):
         try:
             proc.kill()
-            proc.wait(timeout=2)
+            proc.wait(timeout=timeouts.GUARD_EXIT_S)
         except (OSError, subprocess.TimeoutExpired):
             pass
 

@@ -28,7 +28,12 @@ CANCEL_STOP_S = 1.0         # a cancelled start: SIGTERM, then SIGKILL; the grou
 EXIT_STOP_S = 10.0          # ComfyUI is exiting (atexit, SIGTERM): little time, all servers in parallel
 LEFT_BEHIND_STOP_S = 15.0   # a verified server an earlier ComfyUI left running, not wanted now
 MONITOR_JOIN_S = 5.0
-WATCHDOG_GRACE_S = 5.0      # the watchdog's SIGTERM-to-SIGKILL wait once this process is gone (watchdog.py --grace)
+WATCHDOG_GRACE_S = 5.0      # the watchdog's SIGTERM-to-SIGKILL wait once this process is gone (watchdog.py --grace;
+                            # the script cannot import this module, so its own fallback GRACE_S repeats it)
+WATCHDOG_EXIT_S = 1.0       # the server died: its watchdog notices within one 0.25 s poll and exits with the
+                            # server's code; four polls, then poll() says "still running" and asks again later
+GUARD_EXIT_S = 2.0          # a guard watchdog keeps default signal handlers, so SIGTERM (then SIGKILL) ends it
+                            # at once; each gets this long before we stop waiting on it
 
 # ---- starting --------------------------------------------------------------------------
 PORT_RELEASE_S = 10.0       # a killed server's port is released by the kernel a moment later
@@ -44,6 +49,10 @@ MODELS_PROBE_S = 2.0        # one /v1/models call
 ADOPT_HEALTH_S = 2.0        # /health of a left-behind server before adopting it
 ADOPT_MODELS_S = 3.0
 MONITOR_HEALTH_MAX_S = 5.0  # one /health call of a ready server (the monitor)
+PROBE_S = 2.0               # probe.health / probe.served_models when the caller names no deadline: a local
+                            # server's API process answers these in milliseconds, even mid-denoise
+JOBS_PROBE_S = 5.0          # one GET /v1/videos (up to 100 jobs, a larger body) of a multi-host head; the
+                            # stall watch polls it every few seconds and treats no answer as "no news"
 
 
 def needs_download(spec: LaunchSpec, env: Optional[Mapping[str, str]] = None) -> bool:

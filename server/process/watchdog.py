@@ -36,6 +36,8 @@ import time
 from typing import Optional
 
 POLL_S = 0.25
+GRACE_S = 5.0   # SIGTERM-to-SIGKILL wait when --grace is missing; the same as timeouts.WATCHDOG_GRACE_S, which
+                # the launcher always passes (this script runs by path and cannot import the package)
 PREFIX = "[vllm-omni-launcher watchdog]"
 
 
@@ -147,7 +149,7 @@ def _noop(signum: int, frame: object) -> None:  # Python handlers reset to defau
 
 
 def run(opts: dict[str, str], program: list[str]) -> int:
-    fd, owner, grace = int(opts["fd"]), int(opts["owner-pid"]), float(opts.get("grace", "5"))
+    fd, owner, grace = int(opts["fd"]), int(opts["owner-pid"]), float(opts.get("grace", GRACE_S))
     me = os.getpid()
     # The supervisor signals the whole group to stop the server; this script stays to
     # report the server's exit code instead of dying first.
@@ -170,7 +172,7 @@ def run(opts: dict[str, str], program: list[str]) -> int:
 
 
 def guard(opts: dict[str, str]) -> int:
-    fd, owner, grace = int(opts["fd"]), int(opts["owner-pid"]), float(opts.get("grace", "5"))
+    fd, owner, grace = int(opts["fd"]), int(opts["owner-pid"]), float(opts.get("grace", GRACE_S))
     pgid = int(opts["pgid"])
     leader_start = int(opts["leader-start"]) if opts.get("leader-start", "") not in ("", "none") else None
     while True:

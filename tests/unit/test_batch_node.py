@@ -125,11 +125,13 @@ def test_one_bar_over_the_steps_of_all_clips_and_clip_k_of_n_in_the_text():
     assert reporter.texts[3].startswith("Clip 3/3: step 2/10")
 
 
-def test_a_batched_wave_moves_all_its_clips_and_says_they_run_together():
+def test_clips_in_progress_at_once_move_the_bar_and_are_called_in_progress_not_running_together():
     reporter = Reporter()
     bar = BatchProgress(reporter, clips=4, steps=10, local_progress=lambda: Denoise(2, 5, 10), run_floor=1)
     bar.on_update(BatchUpdate(("in_progress",) * 4, 3.0))
-    assert reporter.bars == [(20, 40)] and reporter.texts[0].startswith("Clips 1-4/4 running together: step 5/10")
+    assert reporter.bars == [(20, 40)]
+    assert reporter.texts[0].startswith("Clips 1-4/4 in progress on the server: step 5/10")
+    assert "together" not in reporter.texts[0]
 
 
 def test_remote_bar_moves_clip_by_clip():

@@ -94,6 +94,13 @@ def test_watchdog_reports_the_server_exit_code(tmp_path: Path) -> None:
     assert missing.popen is not None and missing.popen.wait(timeout=20) == 127
 
 
+def test_watchdog_falls_back_to_the_launchers_grace_when_none_is_passed() -> None:
+    # the script runs by path and cannot import timeouts, so it repeats the value; they must agree
+    from vllm_omni_launcher.server.process import watchdog  # noqa: PLC0415
+
+    assert watchdog.GRACE_S == timeouts.WATCHDOG_GRACE_S
+
+
 LEADER = textwrap.dedent("""
     import subprocess, sys, time
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
