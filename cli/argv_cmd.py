@@ -13,11 +13,9 @@ import argparse
 import json
 import sys
 
-from ..errors import LauncherError
-from ..planner.launch_plan import gpu_memory
 from ..server.config.local_config import load_local_config
 from ..server.launch.versions import DEFAULT_VERSION
-from .launch_options import PORT_PLACEHOLDER, add_launch_options, is_auto, launch_from_args
+from .launch_options import PORT_PLACEHOLDER, add_launch_options, launch_from_args
 from .size_options import add_gpu_memory_option
 
 
@@ -31,12 +29,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = load_local_config()
-    _ids, sizes, source = gpu_memory() if is_auto(args) and args.gpu_memory is None else ([], [0.0], "")
-    if not sizes:
-        raise LauncherError("argv --parallel auto has no GPU sizes to plan for",
-                            f"{source}, and --gpu-memory is not given",
-                            "give the GPU machine's sizes, e.g. --gpu-memory 24,24 (GiB), or run argv on that "
-                            "machine, or name the parallel mode (e.g. --parallel ulysses=2)", setting="gpu_memory")
     # Resolved as a launch would be (the planner for --parallel auto), but the flags are checked
     # against the pinned line: argv starts nothing, so it does not probe the server environment
     # and prints the command on a machine without GPUs too (for the GPU machine).

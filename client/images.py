@@ -7,8 +7,8 @@ Plain Python + numpy + Pillow: no ComfyUI and no torch (a torch CPU tensor works
 
 A picture is a stranger's input: ComfyUI's own Empty Image makes 16384x16384 (3 GiB as float32),
 and the server reads an upload whole. So its size is refused before anything is converted
-(MAX_IMAGE_PIXELS), the conversion holds at most ROW_BLOCK_PIXELS of float beside the uint8 copy,
-and the PNG stops growing at IMAGE_PNG_MAX_BYTES.
+(MAX_IMAGE_PIXELS: its PNG is then at most ~48 MiB, pure noise being the worst case), and the conversion
+holds at most ROW_BLOCK_PIXELS of float beside the uint8 copy.
 """
 from __future__ import annotations
 
@@ -23,9 +23,6 @@ from ..errors import LauncherError
 # frame (1280x720). A 12 MP phone photo or a 4K frame passes; the server shrinks any start or reference
 # image to the request's size anyway, so a larger one only costs memory here and a bigger upload.
 MAX_IMAGE_PIXELS = 4096 * 4096
-# A PNG of MAX_IMAGE_PIXELS of pure noise (the worst case) is 3 bytes a pixel plus a filter byte a row and
-# zlib's framing: 48 MiB. No image within the pixel cap reaches this; the server reads the upload whole.
-IMAGE_PNG_MAX_BYTES = 64 << 20
 ROW_BLOCK_PIXELS = 1 << 18            # pixels converted at a time: 3 MiB of float32 beside the uint8 copy
 
 
@@ -98,21 +95,9 @@ def image_to_png(image: Any, *, compress_level: int = 1) -> bytes:
             setting="image",
         )
     check_image_pixels(arr.shape[1], arr.shape[0], "The start image", "image")
-    buf = _CappedBuffer()
+    buf = io.BytesIO()
     Image.fromarray(uint8_rgb(arr, "The start image", "image")).save(buf, format="PNG", compress_level=compress_level)
     return buf.getvalue()
 
 
-class _CappedBuffer(io.BytesIO):
-    """A BytesIO that refuses to grow past IMAGE_PNG_MAX_BYTES, so the PNG stops as it passes it."""
-
-    def write(self, data: Any) -> int:
-        if self.tell() + memoryview(data).nbytes > IMAGE_PNG_MAX_BYTES:
-            raise LauncherError(
-                f"The start image is over {IMAGE_PNG_MAX_BYTES >> 20} MiB as PNG",
-                "vLLM-Omni reads the upload whole into memory without a limit, so the launcher caps it",
-                "resize it to the video's size with ComfyUI's Upscale Image node before 'image'", setting="image")
-        return super().write(data)
-
-
-__all__ = ["IMAGE_PNG_MAX_BYTES", "MAX_IMAGE_PIXELS", "check_image_pixels", "image_to_png", "uint8_rgb"]
+__all__ = ["MAX_IMAGE_PIXELS", "check_image_pixels", "image_to_png", "uint8_rgb"]

@@ -12,6 +12,7 @@ from .doctor_report import CLIENT_ONLY, GPU_BOX, GPUS_UNKNOWN, OK, PROBLEM, UNCH
 from .gpus import GpuInfo, hypothetical_gpus, peer_status, processes_on_gpus, query_gpus
 from .gpu_memory_env import GPU_MEMORY_ENV, env_gpu_memory, sizes_source
 
+
 def unlisted(reason: Optional[str]) -> list[Check]:
     """The GPU checks where NVML could not list GPUs (or could not start), saying why."""
     return [Check("gpus", UNCHECKED, f"could not list GPUs: {reason}",
@@ -28,9 +29,9 @@ def check_gpus(nvml: Any) -> tuple[list[Check], list[GpuInfo], list[dict[str, An
     if not gpus:
         return unlisted(reason), [], []
     checks: list[Check] = []
-    desc = "; ".join(f"GPU {g.index} {g.name}, {g.total_gib:.1f} GiB total, {g.free_gib:.1f} free, "
-                     f"CC {g.compute_capability[0]}.{g.compute_capability[1]}" if g.compute_capability else
-                     f"GPU {g.index} {g.name}, {g.total_gib:.1f} GiB total, {g.free_gib:.1f} free" for g in gpus)
+    desc = "; ".join(f"GPU {g.index} {g.name}, {g.total_gib:.1f} GiB total, {g.free_gib:.1f} free"
+                     + (f", CC {g.compute_capability[0]}.{g.compute_capability[1]}" if g.compute_capability else "")
+                     for g in gpus)
     status, fix = OK, ""
     busy = [g for g in gpus if g.free_gib is not None and g.free_gib < 0.9 * g.total_gib - 1.0]
     if busy:

@@ -274,6 +274,11 @@ def resolve_launch(base: LaunchSpec, config: LocalConfig, *, gpus: str = "all", 
                                  f"the serving plan fits {req.label()}, not the model's {rec.asked.label()}")
             text += (f"\nGenerate Video uses {req.label()} where its width, height and frames are 0; "
                      "values you set are sent as they are")
+    elif auto and not starts:        # argv: print no one-GPU command the planner never chose
+        raise LauncherError("argv --parallel auto has no GPU sizes to plan for",
+                            f"{source}, and --gpu-memory is not given",
+                            "give the GPU machine's sizes, e.g. --gpu-memory 24,24 (GiB), or run argv on that "
+                            "machine, or name the parallel mode (e.g. --parallel ulysses=2)", setting="gpu_memory")
     elif auto:
         text = f"auto: {source}; starting on one GPU without offload (the planner needs GPU memory sizes)"
     warnings = spec.validate(visible_gpus=len(visible) or None, version=version)

@@ -1,7 +1,7 @@
 """Start and reference images (client/images.py, client/media.py) are a stranger's input: one over
 MAX_IMAGE_PIXELS is refused before it is converted, naming the input and Upscale Image; the conversion
 to uint8 goes row block by row block (no full-size float copy), with the same pixels as one whole-array
-conversion; the PNG upload stops at IMAGE_PNG_MAX_BYTES; an image within the caps converts as before."""
+conversion; an image within the cap converts as before."""
 from __future__ import annotations
 
 import io
@@ -78,14 +78,6 @@ def test_block_conversion_gives_the_whole_array_conversions_pixels(monkeypatch):
     assert np.array_equal(images.uint8_rgb(ints, "x", "image"), np.clip(ints, 0, 255).astype(np.uint8))
     with Image.open(io.BytesIO(image_to_png(image))) as png:
         assert np.array_equal(np.asarray(png), whole)
-
-
-def test_the_png_upload_is_capped_while_it_is_written(monkeypatch):
-    monkeypatch.setattr(images, "IMAGE_PNG_MAX_BYTES", 4096)
-    noise = np.random.default_rng(1).integers(0, 256, (64, 64, 3), dtype=np.uint8)     # 12 KiB as PNG
-    err = refused(lambda: image_to_png(noise))
-    assert "as PNG" in err.what and err.setting == "image" and "Upscale Image" in err.fix
-    assert len(image_to_png(np.zeros((64, 64, 3), np.uint8))) < 4096        # a small PNG passes
 
 
 @pytest.mark.parametrize("dtype", [object, "U3"])
