@@ -7,7 +7,9 @@ without GPU sizes."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
+import psutil
 import pytest
 
 from vllm_omni_launcher.cli import build_parser, main
@@ -104,3 +106,11 @@ def test_argv_parallel_auto_without_gpu_sizes_refuses_naming_gpu_memory(monkeypa
     err = capsys.readouterr().err
     assert "argv --parallel auto has no GPU sizes to plan for" in err and "no NVML here" in err
     assert "--gpu-memory 24,24" in err
+
+
+def test_offload_with_too_little_host_ram_for_what_it_moves_is_a_warning(monkeypatch):
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(total=16 << 30, available=8 << 30))
+    monkeypatch.setenv(GPU_MEMORY_ENV, "80")     # the GPU holds it: only the host RAM does not
+    text = _resolve(ServingChoice(parallel_mode="none", offload="layerwise"), T2V).text
+    assert text.startswith("WARNING: host RAM is too small for what offload 'layerwise' moves off the GPUs (needs ")
+    assert "GiB)" in text and "expect the server to fail while loading" in text and "free host RAM" in text
