@@ -132,6 +132,14 @@ def _check_inputs(args: argparse.Namespace, family: Any) -> None:
     check_inputs(family, given, CLI_WORDS, references=len(args.reference_image or ()))
 
 
+def _checked_image(args: argparse.Namespace, family: Any) -> Optional[bytes]:
+    """--image as PNG bytes, read only once `family`'s inputs rule took the options: a model that takes no
+    image refuses --image in the rule's words, not with what reading the file says. A local launch calls
+    this before the launch is resolved; --url without --family once the server has said its model."""
+    _check_inputs(args, family)
+    return _load_image(args.image)
+
+
 def _media(args: argparse.Namespace, family: Any, shape: dict[str, Any]) -> dict[str, Any]:
     """The VACE / S2V media of the command line, bounded (client/media.py) and at the request's size."""
     from ..client.media import audio_clip_from_wav, control_video_from_mp4, reference_image
@@ -169,7 +177,6 @@ def _read_rgb(path: str, flag: str) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     check_request_options(args)            # the same rule as `plan`, before anything else
-    image = _load_image(args.image)        # a missing or unreadable --image too
     config = load_local_config()
     deadlines = Deadlines.from_config(config)
     drawn = args.seed is None
@@ -188,14 +195,15 @@ def run(args: argparse.Namespace) -> int:
         # the Remote Server node's one rule.
         _, url, key = remote_target(config, args.url, args.url if args.url in config.remote_servers else "")
         if args.family:
-            request = _request(args, ALL_FAMILIES[args.family], image)
+            family = ALL_FAMILIES[args.family]
+            request = _request(args, family, _checked_image(args, family))
         client = VideoClient(url, api_key=key, deadlines=deadlines,
                              clip_memory_gib=config.max_clip_memory_gib, proxy=config.remote_proxy)
     else:
         from ..server.registry import Supervisor
 
         picked = "" if args.model else _pick_model(args, config)
-        _check_inputs(args, family_for(args.model))
+        image = _checked_image(args, family_for(args.model))     # a missing or unreadable --image too
         if family_for(args.model).pipeline in ("vace", "s2v"):   # their media, checked before anything starts
             _request(args, family_for(args.model), image)
         # Refuses at once a machine without GPUs (before the model line, which would only say that
@@ -210,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
             _say(picked)
         if plan.text:
             _say(f"serving: {plan.text}")
-        for warning in plan.unsaid_warnings():
+        for warning in plan.warnings:
             _say(f"warning: {warning}")
         request = _request(args, plan.spec.family, image, plan.limit)   # checked before anything starts
         sup = Supervisor(plan.spec, config, plan.fallback)
@@ -224,8 +232,9 @@ def run(args: argparse.Namespace) -> int:
                                  server_version=sup.server_version, deadlines=deadlines,
                                  clip_memory_gib=config.max_clip_memory_gib, supervised=True,
                                  log_hint=f"the server log is {sup.log_path}; queue the job again")
-        if request is None:
-            request = _request(args, _served_family(client, client.base_url), image)
+        if request is None:         # --url without --family: the server's model says which inputs it takes
+            family = _served_family(client, client.base_url)
+            request = _request(args, family, _checked_image(args, family))
         return _generate(args, client, request, sup)
     finally:                    # also on Ctrl-C: a server this command started never outlives it
         if client is not None:
@@ -245,7 +254,7 @@ def _pick_model(args: argparse.Namespace, config: Any) -> str:
     from ..planner.launch_plan import gpu_memory
 
     _, sizes, source = gpu_memory()
-    pick = pick_model(config, sizes, source)
+    pick = pick_model(config, sizes, source, start_image=bool(args.image))
     args.model = pick.model
     return f"model: {pick.model} (auto: {pick.why}; --model picks another)"
 

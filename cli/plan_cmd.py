@@ -122,6 +122,8 @@ def run(args: argparse.Namespace) -> int:
         if rec:
             print("\n== recommendation ==")
             print(rec.text())
+            for w in rec.warnings:          # the text gives none (planner/recommendation.py)
+                print(f"warning: {w}")
         elif rec_error:
             print(f"\nno recommendation: {rec_error}")
     fits = rec.spec is not None if rec is not None else breakdown is not None and breakdown.fits is not False

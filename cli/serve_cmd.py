@@ -237,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
     spec = plan.spec
     if plan.text:
         _say(plan.text)
-    for warning in [*plan.unsaid_warnings(), *role.warnings()]:
+    for warning in [*plan.warnings, *role.warnings()]:
         print(f"warning: {warning}", file=sys.stderr)
     if args.no_api_key and open_without_key(spec.host):
         print(f"warning: serving on {spec.host} without an API key: anyone who can reach it can use the GPUs",

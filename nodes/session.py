@@ -340,15 +340,15 @@ def server_report(handle: Optional[ServerHandle], node_id: Optional[str]) -> tup
 def _state(status: Any) -> str:
     """The phase part of a report line, which already names the model, GPUs and URL. A ready server's
     text restates them for the launching node ("Ready: <model> at <url> (GPUs ...)", "Ready at <url>"),
-    so only what follows its first "; " is kept (a head's replica port, a cancelled job's or an
-    out-of-memory job's note) and the restarts it had; other phases' texts are the news itself
-    (progress, restart, failure)."""
+    so only its note is kept (a head's replica port, a cancelled job's or an out-of-memory job's news:
+    `Status.note`, whole, whatever it holds) and the restarts it had; other phases' texts are the news
+    itself (progress, restart, failure)."""
     if not status.ready:
         return status.text
     restarted = ""
     if status.restarts and status.restart_reason:
         restarted = f" (restarted {status.restarts}x, the last time because: {status.restart_reason})"
-    return "; ".join([f"Ready{restarted}", *status.text.split("; ")[1:]])
+    return status.noted(f"Ready{restarted}")
 
 
 def stop_servers(handle: Optional[ServerHandle], stop_all: bool, node_id: Optional[str]) -> tuple[str]:

@@ -4,8 +4,9 @@ The shortest command should give a video soon on whatever machine it runs on, so
 weighs what a first run costs: a 65 GB download (A14B) or a 23 GB one (TI2V-5B), and whether
 the model fits this machine's GPUs at its default request. In order:
 
-1. a text-to-video model already in the Hugging Face cache that fits: T2V-A14B (the better
-   quality) before TI2V-5B, since nothing has to be downloaded;
+1. a model already in the Hugging Face cache that fits: T2V-A14B (the better quality) before
+   TI2V-5B, since nothing has to be downloaded; with a start image (`--image`) I2V-A14B before
+   TI2V-5B, the models that take one (a text-to-video pick would only refuse the image);
 2. TI2V-5B: the smallest download, and it fits one 24 GB GPU;
 3. without GPU sizes (no NVML, no VLLM_OMNI_LAUNCHER_GPU_MEMORY_GB) nothing can be planned,
    so TI2V-5B, the model most machines run.
@@ -28,8 +29,8 @@ from ..server.launch.spec import LaunchSpec
 from .ladder import recommend
 from .launch_plan import planning_version
 
-# This rule's preference, not a family fact: the text-to-video models, better quality first.
-_QUALITY_ORDER = ("t2v_a14b", "ti2v_5b")
+# This rule's preference, not a family fact: better quality first, without and with a start image.
+_QUALITY_ORDER = {False: ("t2v_a14b", "ti2v_5b"), True: ("i2v_a14b", "ti2v_5b")}
 FALLBACK = "ti2v_5b"
 
 
@@ -41,25 +42,28 @@ class ModelPick:
     why: str
 
 
-def pick_model(config: LocalConfig, gpu_sizes: list[float], gpu_source: str) -> ModelPick:
-    """The model for this machine: `gpu_sizes` (GiB each, [] when unknown) from `gpu_source`."""
-    ti2v, a14b = FAMILIES[FALLBACK], FAMILIES["t2v_a14b"]
+def pick_model(config: LocalConfig, gpu_sizes: list[float], gpu_source: str,
+               start_image: bool = False) -> ModelPick:
+    """The model for this machine: `gpu_sizes` (GiB each, [] when unknown) from `gpu_source`;
+    `start_image`: the request brings one (only I2V-A14B and TI2V-5B take it)."""
+    order = _QUALITY_ORDER[start_image]
+    ti2v, a14b = FAMILIES[FALLBACK], FAMILIES[order[0]]
     if not gpu_sizes:
         return ModelPick(ti2v.hf_id, f"{gpu_source}, so nothing can be planned: {ti2v.label} is the smallest "
                                      f"text-to-video model (about {ti2v.download_gb} GB to download, one "
                                      "24 GB GPU is enough)")
     env = {**os.environ, **config.extra_env}        # HF_HOME / HF_HUB_CACHE as the server sees them
     version, _ = planning_version(config)           # a refused environment is refused by the launch, after this
-    fits = {key: _fits(FAMILIES[key].hf_id, gpu_sizes, version) for key in _QUALITY_ORDER}
+    fits = {key: _fits(FAMILIES[key].hf_id, gpu_sizes, version) for key in order}
     gpus = " + ".join(f"{size:g}" for size in gpu_sizes) + " GiB"
-    for key in _QUALITY_ORDER:
+    for key in order:
         family = FAMILIES[key]
         if fits[key] and has_snapshot(family.hf_id, env):
             return ModelPick(family.hf_id, f"it is already downloaded and fits these GPUs ({gpus}) at its "
                                            f"default {family.width}x{family.height}x{family.frames}")
     if fits[FALLBACK]:
         why = (f"it fits these GPUs ({gpus}) and is the smallest download (about {ti2v.download_gb} GB; "
-               f"T2V-A14B is about {a14b.download_gb} GB"
+               f"{a14b.label} is about {a14b.download_gb} GB"
                + (f", and it fits too: pass --model {a14b.hf_id} for it)" if fits[a14b.key] else ")"))
     else:
         why = (f"no Wan2.2 model fits these GPUs ({gpus}) at its default request; {ti2v.label} comes closest "

@@ -10,8 +10,8 @@ its GPUs for the model's default request, and
   phase, which no request size changes) over a card by more than `REFUSE_OVER` is refused before
   anything starts;
 - any other misfit (a peak over the card within that error, or one that only the request's
-  activations or decode cause, which a smaller request or the OOM step-down may avoid) is a
-  warning in the plan text, which the Local Server node and the command line show.
+  activations or decode cause, which a smaller request or the OOM step-down may avoid) is one of
+  the plan's warnings (`LaunchPlan.warnings`), which the Local Server node and the command line show.
 
 The cards are planned at their total size, not NVML's free memory: the server this launch
 replaces still holds its memory while the new one is planned (the doctor reports memory other
@@ -42,7 +42,7 @@ FIX = ("on Serving Config, set parallel_mode to auto (the planner picks the fast
 
 def check_explicit_fit(spec: LaunchSpec, ids: Sequence[int], visible: Sequence[int], sizes: Sequence[float],
                        source: str, *, cfg: bool, server_version: Version, refuse: bool) -> Optional[str]:
-    """The warning text for `spec` on GPUs `ids` (None when it fits or cannot be told); raises the
+    """The warning for `spec` on GPUs `ids` (None when it fits or cannot be told); raises the
     refusal (when `refuse`: a launch, not `argv`) where the load alone does not fit (see the module doc).
     `visible`/`sizes`: this machine's GPU ids and their total GiB; `source`: where the sizes came from."""
     request = replace(RequestShape.default_for(spec.family), cfg=cfg)
@@ -52,7 +52,7 @@ def check_explicit_fit(spec: LaunchSpec, ids: Sequence[int], visible: Sequence[i
     if not worst:
         host = next((p for p in plans if p.fits is False), None)
         return None if host is None else (
-            f"WARNING: host RAM is too small for what offload '{spec.memory.offload}' moves off the GPUs (needs "
+            f"host RAM is too small for what offload '{spec.memory.offload}' moves off the GPUs (needs "
             f"{host.host_ram.get('needed_gib', 0):.1f} GiB): expect the server to fail while loading; use GPUs "
             "that hold the model, or free host RAM")
     p, g, card = max(worst, key=lambda w: _load_gib(w[1]) / w[2])
@@ -68,7 +68,7 @@ def check_explicit_fit(spec: LaunchSpec, ids: Sequence[int], visible: Sequence[i
             f"and then fail out of memory. GPU sizes: {source}",
             f"{FIX}; if those sizes are wrong, set {GPU_MEMORY_ENV} to the real ones",
             setting="parallel_mode")
-    return (f"WARNING: the memory plan says these settings do not fit: {what} (headroom "
+    return (f"the memory plan says these settings do not fit: {what} (headroom "
             f"{g.headroom_gib:+.1f} GiB; GPU sizes: {source}); expect an out-of-memory failure at this size. "
             f"To fit: {FIX}, or ask for a smaller size or fewer frames")
 

@@ -57,7 +57,7 @@ from .gpus import GpuInfo, hypothetical_gpus, load_nvml, peer_status, query_gpus
 from .memory import plan
 from .memory_plan import MemoryPlan
 from .model_sizes import ModelSizes, model_sizes
-from .peer_links import p2p_links
+from .peer_links import PeerLinks, p2p_links
 from .recommendation import Recommendation, Rung, fp8_way_out
 from .request_shape import RequestShape
 from .speed_costs import FAST_NOT_CHOSEN, cost_text, family_runs_cfg, fast_levers, speed_cost
@@ -105,11 +105,13 @@ def _with(base: LaunchSpec, gpus: Optional[tuple[int, ...]], parallel: ParallelC
 
 
 def build_ladder(base: LaunchSpec, gpus: Sequence[GpuInfo], request: RequestShape, *,
-                 p2p: Optional[bool] = None, allow_fp8: bool = False,
+                 p2p: Optional[bool] = None, links: Optional[PeerLinks] = None, allow_fp8: bool = False,
                  server_version: Optional[Version] = None, speed: str = "exact") -> tuple[list[Rung], list[str]]:
     """Every rung for these GPUs, fastest first (by the speed costs of `server_version`'s line), and
     notes on the order chosen. `speed` "fast": the levers `fast_levers` names for that line (measured faster,
-    output not identical) join every rung and are ranked by cost with the rest, instead of FP8 coming last."""
+    output not identical) join every rung and are ranked by cost with the rest, instead of FP8 coming last.
+    `links`: the GPUs' links when the caller has them already (`recommend` uses them again when the request
+    must shrink); else they come from `p2p`."""
     family = base.family
     notes: list[str] = []
     n = len(gpus)
@@ -118,7 +120,7 @@ def build_ladder(base: LaunchSpec, gpus: Sequence[GpuInfo], request: RequestShap
     one = (max(gpus, key=lambda g: g.available_gib).index,) if n > 1 else (
         base.gpus if base.gpus is not None and len(base.gpus) == 1 else None)
     keep_mem = dict(vae_slicing=False)
-    links = p2p_links(gpus, p2p)
+    links = links if links is not None else p2p_links(gpus, p2p)
     rungs: list[Rung] = []
 
     def add(spec: LaunchSpec, label: str, speed: str, tiling_variant: bool = True) -> None:
@@ -237,16 +239,19 @@ def _tried_at(r: Rung, request: RequestShape, gpus: Sequence[GpuInfo], sizes: Mo
 
 
 def _max_frames(spec: LaunchSpec, request: RequestShape, gpus: Sequence[GpuInfo], sizes: ModelSizes,
-                host: Optional[float], server_version: Optional[Version], limit: int = 481) -> Optional[int]:
-    """Largest 4k+1 frame count that fits at the request's size (None if even 1 frame does not)."""
+                host: Optional[float], server_version: Optional[Version], limit: int = 481,
+                above: int = 0) -> Optional[int]:
+    """Largest 4k+1 frame count up to `limit` that fits at the request's size, if it is more than `above`
+    (None if it is not, or even 1 frame does not fit). The memory a plan needs grows with the frames, so a
+    rung that does not fit the first count above `above` fits none: one plan answers it."""
     used = [g for g in gpus if spec.gpus is None or g.index in spec.gpus] or list(gpus)
 
     def ok(frames: int) -> bool:
         return bool(plan(spec, replace(request, frames=frames), used, sizes=sizes, host_available_gib=host,
                          server_version=server_version).fits)
 
-    lo, hi = 0, (limit - 1) // 4
-    if not ok(1):
+    lo, hi = max(0, above + 3) // 4, (limit - 1) // 4     # 4*lo+1: the first count above `above`
+    if lo > hi or not ok(4 * lo + 1):
         return None
     while lo < hi:
         mid = (lo + hi + 1) // 2
@@ -311,8 +316,9 @@ def recommend(model: Union[str, LaunchSpec], request: Optional[RequestShape] = N
                                 setting="gpus")
         gpu_list = chosen
     p2p = p2p if p2p is not None else nvml_p2p
+    links = p2p_links(gpu_list, p2p)
     sizes = model_sizes(base.model)
-    rungs, ladder_notes = build_ladder(base, gpu_list, asked, p2p=p2p, allow_fp8=allow_fp8, server_version=v,
+    rungs, ladder_notes = build_ladder(base, gpu_list, asked, links=links, allow_fp8=allow_fp8, server_version=v,
                                        speed=speed)
     notes += ladder_notes
     rejected: list[Rung] = []
@@ -332,13 +338,15 @@ def recommend(model: Union[str, LaunchSpec], request: Optional[RequestShape] = N
                                   gpus=gpu_list, speed=r.speed, server_version=v)
         rejected.append(r)
     # nothing fits the request as asked: the most frames any rung fits (the fastest of those that fit as many),
-    # preferring the rungs the links allow (peer_links.tiers), then smaller frames
-    tiers = p2p_links(gpu_list, p2p).tiers(rungs)
+    # preferring the rungs the links allow (peer_links.tiers), then smaller frames. Each rung is searched only
+    # above the best so far (at least min_frames): a slower rung must fit more frames to win
+    tiers = links.tiers(rungs)
     for tier in tiers:
         most: Optional[tuple[int, Rung]] = None
         for r in tier:
-            mf = _max_frames(r.spec, asked, gpu_list, sizes, host_available_gib, v, limit=asked.frames)
-            if mf is not None and mf >= min(min_frames, asked.frames) and (most is None or mf > most[0]):
+            floor = most[0] if most is not None else min(min_frames, asked.frames) - 1
+            mf = _max_frames(r.spec, asked, gpu_list, sizes, host_available_gib, v, limit=asked.frames, above=floor)
+            if mf is not None:
                 most = (mf, r)
         if most is not None:
             mf, req = most[0], replace(asked, frames=most[0])

@@ -77,23 +77,17 @@ class LaunchPlan:
     """What to launch, what to tell the user about it, and how to step down on OOM."""
 
     spec: LaunchSpec
-    text: str                          # the planner's recommendation ("" when not planned)
+    text: str                          # the planner's recommendation ("" when not planned); never a warning
     fallback: Optional[Fallback]
     limit: Optional[RequestLimit] = None
+    # Every warning, once: the recommended configuration's, the spec's (`spec.validate`), the jobs' (an idle
+    # CFG GPU) and explicit settings that do not fit (planner/explicit_fit.py).
     warnings: list[str] = field(default_factory=list)
     server_version: Version = versions.DEFAULT_VERSION   # the vLLM-Omni line the spec was validated against
 
-    def unsaid_warnings(self) -> list[str]:
-        """The warnings the text does not already give. An auto plan's text already lists its configuration's
-        warnings (those of `spec.validate`, which `warnings` repeats); the others (an idle CFG GPU, say) are
-        only in `warnings`."""
-        lines = self.text.splitlines()
-        return [w for w in self.warnings if f"warning: {w}" not in lines]
-
     def report(self) -> str:
-        """The text and each warning it does not already give, as a `warning:` line: what the Local Server node
-        shows and `argv` prints."""
-        return "\n".join(self.text.splitlines() + [f"warning: {w}" for w in self.unsaid_warnings()])
+        """The text, then each warning as a `warning:` line: what the Local Server node shows and `argv` prints."""
+        return "\n".join(self.text.splitlines() + [f"warning: {w}" for w in self.warnings])
 
 
 @dataclass(frozen=True)
@@ -238,7 +232,8 @@ def resolve_launch(base: LaunchSpec, config: LocalConfig, *, gpus: str = "all", 
     gpu_sizes: plan for GPUs of these sizes (GiB) instead of this machine's (`argv --gpu-memory`, with
     `starts` False).
     Explicit settings whose load does not fit the known GPU sizes are refused when `starts`, and
-    warned about in the text otherwise (planner/explicit_fit.py).
+    warned about otherwise (planner/explicit_fit.py). The plan's text is the recommendation alone; its
+    `warnings` gather every warning, each once.
     """
     visible, sizes, source, scan = _machine_gpus(gpu_sizes)
     hypothetical = scan is None          # sizes from the environment or given: cards of those sizes
@@ -250,6 +245,7 @@ def resolve_launch(base: LaunchSpec, config: LocalConfig, *, gpus: str = "all", 
     text = ""
     limit: Optional[RequestLimit] = None
     spec = base
+    warnings: list[str] = []
     pool = replica_plan.gpu_pool(visible, sizes, hypothetical)
     if auto and sizes:
         chosen = sizes if base.gpus is None else [sizes[visible.index(g)] for g in base.gpus if g in visible]
@@ -262,7 +258,7 @@ def resolve_launch(base: LaunchSpec, config: LocalConfig, *, gpus: str = "all", 
             raise LauncherError("No serving configuration fits these GPUs", rec.reason,
                                 f"{rec.way_out}. Otherwise use {others}" if rec.way_out else f"use {others}",
                                 setting="serving", raw=rec.text())
-        spec, text = rec.spec, rec.text()
+        spec, text, warnings = rec.spec, rec.text(), list(rec.warnings)
         ids = list(base.gpus or visible)
         if queued_jobs > 1 and len(ids) > 1:
             advice = replica_plan.replica_advice(spec, len(ids), queued_jobs,
@@ -281,12 +277,10 @@ def resolve_launch(base: LaunchSpec, config: LocalConfig, *, gpus: str = "all", 
                             "machine, or name the parallel mode (e.g. --parallel ulysses=2)", setting="gpu_memory")
     elif auto:
         text = f"auto: {source}; starting on one GPU without offload (the planner needs GPU memory sizes)"
-    warnings = spec.validate(visible_gpus=len(visible) or None, version=version)
-    warnings += [w for w in (idle_cfg_warning(spec, cfg),) if w]
-    if sizes and not auto:
-        misfit = check_explicit_fit(spec, spec.gpus or visible, visible, sizes, source, cfg=cfg,
-                                    server_version=version, refuse=starts)
-        text = misfit or text
+    warnings += spec.validate(visible_gpus=len(visible) or None, version=version)
+    misfit = check_explicit_fit(spec, spec.gpus or visible, visible, sizes, source, cfg=cfg,
+                                server_version=version, refuse=starts) if sizes and not auto else None
+    warnings += [w for w in (idle_cfg_warning(spec, cfg), misfit) if w]
 
     fallback: Optional[Fallback] = None
     if auto_fallback and sizes:
@@ -300,4 +294,5 @@ def resolve_launch(base: LaunchSpec, config: LocalConfig, *, gpus: str = "all", 
             mem = [sizes[visible.index(i)] for i in ids if i in visible] or sizes
             return step_down(failed, why, mem, server_version=version)
         fallback = leaner
-    return LaunchPlan(spec, text, fallback, limit, warnings, version)
+    # the recommended configuration's warnings include its spec's: each is said once
+    return LaunchPlan(spec, text, fallback, limit, list(dict.fromkeys(warnings)), version)

@@ -2,7 +2,9 @@
 
 Kept apart from the walk itself, as memory_plan.py is from memory.py: `text()` is what `plan`,
 the Local Server node and `generate` / `serve` print, `to_dict()` the JSON of `plan --json`.
-Both say which vLLM-Omni line the estimates were calibrated for.
+Both say which vLLM-Omni line the estimates were calibrated for. `text()` carries no warning:
+each printer gives `warnings` itself, once (`plan` after the text; a launch through
+`LaunchPlan.warnings`, which also holds the warnings of the spec and the jobs).
 """
 from __future__ import annotations
 
@@ -116,8 +118,6 @@ class Recommendation:
         for r in self.rejected:
             lines.append(f"  not {r.label}{asked}: {r.why_not}")
         lines.append(f"  estimates calibrated for {self.calibration}")
-        for w in self.warnings:
-            lines.append(f"warning: {w}")
         for n in self.notes:
             lines.append(f"note: {n}")
         return "\n".join(lines)

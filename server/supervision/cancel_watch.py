@@ -51,7 +51,7 @@ class CancelWatch:
         log.info("Cancel of job %s: %s", job_id, decision.text)
         if not queued:
             if self._board.phase == READY:
-                self._board.set(None, f"{self._ready_at()}; {decision.text}")
+                self._board.set(None, self._ready_at(), note=decision.text)
             threading.Thread(target=self._follow, args=(job_id, run_floor, time.monotonic()), daemon=True,
                              name="vllm-omni-cancel").start()
         return decision
@@ -70,7 +70,7 @@ class CancelWatch:
             running = cur is not None and not cur.done and not cur.aborted
             if not running and (seen or since >= self.policy.grace_s or not self._alive()):
                 if seen and self._board.phase == READY:
-                    self._board.set(None, f"{self._ready_at()}; the cancelled job's denoise ended, the GPU is free")
+                    self._board.set(None, self._ready_at(), note="the cancelled job's denoise ended, the GPU is free")
                 return
             if not running:
                 continue

@@ -143,6 +143,11 @@ class ServerRole:
         return f"Ready at {url}"
 
     @property
+    def ready_note(self) -> Optional[str]:
+        """What the ready text adds after `ready_text` as its note (status.Status.note); None: nothing."""
+        return None
+
+    @property
     def watches_replica_processes(self) -> bool:
         """Whether the server's replica processes are its oldest children (replica_watch.ReplicaWatch)."""
         return True
@@ -186,8 +191,9 @@ class HeadRole(ServerRole):
                        "--omni-lb-policy", LB_POLICY]
         return dataclasses.replace(launch, command=dataclasses.replace(launch.command, argv=argv))
 
-    def ready_text(self, spec: LaunchSpec, run: ServerRun, where: str) -> str:
-        return f"{super().ready_text(spec, run, where)}; accepting replicas on {self.host}:{self.port}"
+    @property
+    def ready_note(self) -> Optional[str]:
+        return f"accepting replicas on {self.host}:{self.port}"
 
     @property
     def watches_replica_processes(self) -> bool:

@@ -198,8 +198,8 @@ class Recovery:
         owner = self._owner
         if reason == "oom_job":
             if owner.step_down(owner.spec, failures.OOM_JOB) is None:
-                self._board.set(None, f"{owner.ready_at()}; the last job ran out of GPU memory and the "
-                                      "fallback has no leaner configuration left")
+                self._board.set(None, owner.ready_at(), note="the last job ran out of GPU memory and the fallback "
+                                                             "has no leaner configuration left")
                 return
             change = self._board.fallback_notes[-1]
             self._board.set_restart_reason(f"a job ran out of GPU memory; fallback: {change}")
@@ -234,4 +234,4 @@ class Recovery:
         if self._owner.fallback is not None:
             self.monitor.request("oom_job", "a job ran out of GPU memory")
         else:
-            self._board.set(None, f"{self._owner.ready_at()}; the last job ran out of GPU memory ({err.fix})")
+            self._board.set(None, self._owner.ready_at(), note=f"the last job ran out of GPU memory ({err.fix})")

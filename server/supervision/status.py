@@ -3,11 +3,14 @@
 `Status` is the immutable snapshot nodes, the CLI and status texts read; it holds no
 secret. `StatusBoard` is the mutable side the supervisor writes: the phase machine's
 current phase and text (startup phases from the log only move forward), startup progress,
-the last error, fallback notes, warnings. It tells one listener about each change, and
-only about changes: a snapshot equal to the last one sent is not sent again. The listener is
-whoever launches the server now (a node's run, a CLI command); a node unsubscribes when its
-launch ends (`unlisten`), so the server's later life (keep-alive, crashes, Stop Server) never
-writes to a node of another run, whose id may by then name an unrelated node.
+the last error, fallback notes, warnings. A text may end in a note (a head's replica port, a
+cancelled job's or an out-of-memory job's news), which the board keeps as `note` too: a reader
+that words its own first part (Server Status) takes the note as it is instead of cutting the
+text apart, where either part may hold "; " itself. The board tells one listener about each
+change, and only about changes: a snapshot equal to the last one sent is not sent again. The
+listener is whoever launches the server now (a node's run, a CLI command); a node unsubscribes
+when its launch ends (`unlisten`), so the server's later life (keep-alive, crashes, Stop
+Server) never writes to a node of another run, whose id may by then name an unrelated node.
 
 Locking: the board shares the supervisor's lock. Changes are made under it; the listener is
 called outside it, one call at a time and in snapshot order, so a listener may call back
@@ -55,6 +58,17 @@ class Status:
     warnings: tuple[str, ...] = ()
     restart_reason: Optional[str] = None   # why the last automatic restart happened (crash, hang, hard cancel)
     progress: Optional[Progress] = None    # (done, total or None, unit) while downloading, loading, warming up
+    note: Optional[str] = None             # what `text` says after its first part ("Ready: ..."), as it is
+
+    def noted(self, first: str) -> str:
+        """`first` (a reader's own words for the text's first part) with this status's note, joined as the
+        text joins them."""
+        return with_note(first, self.note)
+
+
+def with_note(text: str, note: Optional[str]) -> str:
+    """The status text of a first part and its note: the one place the two are joined."""
+    return f"{text}; {note}" if note else text
 
 
 StatusCallback = Callable[[Status], None]
@@ -67,6 +81,7 @@ class StatusBoard:
         self.lock = lock
         self.changed = threading.Condition(lock)
         self.phase, self.text = STOPPED, "Not started"
+        self.note: Optional[str] = None
         self.progress: Optional[Progress] = None
         self.last_error: Optional[LauncherError] = None
         self.fallback_notes: list[str] = []
@@ -82,17 +97,19 @@ class StatusBoard:
     def fields(self) -> dict[str, Any]:
         """The board's part of a Status (call with the lock held)."""
         err = self.last_error
-        return dict(phase=self.phase, text=self.text, progress=self.progress,
+        return dict(phase=self.phase, text=self.text, note=self.note, progress=self.progress,
                     last_error=LauncherError(err.what, err.why, err.fix).text() if err is not None else None,
                     last_error_kind=(err.kind or None) if err is not None else None,
                     fallback_note="; ".join(self.fallback_notes) or None, warnings=tuple(self.warnings),
                     restart_reason=self.restart_reason)
 
     # ---- changing ------------------------------------------------------------------------
-    def set(self, phase: Optional[str] = None, text: Optional[str] = None, progress: Any = _KEEP) -> None:
-        """Enter `phase` (None: stay) with `text`; a new phase without progress clears it."""
+    def set(self, phase: Optional[str] = None, text: Optional[str] = None, progress: Any = _KEEP,
+            note: Optional[str] = None) -> None:
+        """Enter `phase` (None: stay) with `text` and its `note` (a new text without one has none); a new
+        phase without progress clears it."""
         with self.lock:
-            changed = self._apply(phase, text, progress)
+            changed = self._apply(phase, text, progress, note)
         if changed:
             self.emit()
 
@@ -107,18 +124,18 @@ class StatusBoard:
         if changed:
             self.emit()
 
-    def _apply(self, phase: Optional[str], text: Optional[str], progress: Any) -> bool:
-        before = (self.phase, self.text, self.progress)
+    def _apply(self, phase: Optional[str], text: Optional[str], progress: Any, note: Optional[str] = None) -> bool:
+        before = (self.phase, self.text, self.note, self.progress)
         if phase is not None and phase != self.phase:
             self.phase = phase
             if progress is _KEEP:
                 progress = None
         if text is not None:
-            self.text = text
+            self.text, self.note = with_note(text, note), note or None
         if progress is not _KEEP:
             self.progress = progress
         self.changed.notify_all()
-        return (self.phase, self.text, self.progress) != before
+        return (self.phase, self.text, self.note, self.progress) != before
 
     def set_error(self, err: Optional[LauncherError]) -> None:
         with self.lock:

@@ -311,7 +311,7 @@ class Supervisor:
         if missing:
             self._board.add_warning(missing)
         run.write_state(self.requested_spec.fingerprint(), ready=True)
-        self._board.set(READY, text)
+        self._board.set(READY, text, note=self.role.ready_note)
 
     def failure_context(self, spec: LaunchSpec, exit_code: Optional[int], ever_ready: bool) -> failures.Context:
         """What a failure's explanation needs to know about this server (failures.classify)."""

@@ -51,6 +51,18 @@ def test_generate_url_takes_a_configured_name_or_a_url_the_way_remote_server_doe
     assert (tmp_path / "named.mp4").read_bytes()[4:8] == (tmp_path / "typed.mp4").read_bytes()[4:8] == b"ftyp"
 
 
+def test_generate_url_refuses_an_image_the_served_model_does_not_take_before_reading_it(tmp_path, stub_pool):
+    """Without --family the model is the server's: its inputs rule runs once the server has said it (T2V-A14B
+    takes no start image), before --image is opened, so a path that does not exist is not what is reported."""
+    missing = tmp_path / "missing.png"
+    with stub_pool.lease(T2V_KEYED) as (stub,):
+        out = _cli("--url", stub.url, "--prompt", "a fox", "--seed", "3", "--image", str(missing),
+                   env={"VLLM_OMNI_LAUNCHER_REMOTE_URL": stub.url, "VLLM_OMNI_LAUNCHER_REMOTE_API_KEY": KEY})
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.stderr.startswith("error: Wan2.2 T2V-A14B does not take --image. ")
+    assert "no such file" not in out.stderr and "Fix: leave --image out" in out.stderr
+
+
 def test_generate_refuses_a_url_that_is_not_http_before_sending_anything():
     out = _cli("--url", "ftp://127.0.0.1:9", "--family", "ti2v_5b", "--prompt", "x", env={})
     assert out.returncode == 1 and "is not a usable server URL" in out.stderr and "http://" in out.stderr

@@ -51,3 +51,19 @@ def test_the_cache_the_server_is_given_counts(tmp_path, hub):
     _downloaded(other, T2V)
     config = LocalConfig(extra_env={"HF_HUB_CACHE": str(other)})      # the local config's extra_env wins
     assert pick_model(config, [80, 80], "GPUs from NVML").model == T2V
+
+
+I2V = "Wan-AI/Wan2.2-I2V-A14B-Diffusers"
+
+
+def test_with_a_start_image_a_downloaded_text_only_model_is_passed_over(hub):
+    _downloaded(hub, T2V)                               # picked without an image; it would refuse --image
+    assert pick_model(LocalConfig(), [80, 80], "GPUs from NVML").model == T2V
+    pick = pick_model(LocalConfig(), [80, 80], "GPUs from NVML", start_image=True)
+    assert pick.model == TI2V and f"--model {I2V}" in pick.why      # the image model that fits too: say how
+
+
+def test_with_a_start_image_a_downloaded_image_model_that_fits_wins(hub):
+    _downloaded(hub, I2V)
+    pick = pick_model(LocalConfig(), [80, 80], "GPUs from NVML", start_image=True)
+    assert pick.model == I2V and pick.why.startswith("it is already downloaded and fits these GPUs")

@@ -69,15 +69,22 @@ def test_a_seed_outside_the_nodes_range_names_the_option(capsys):
 
 
 def test_a_missing_image_names_the_option(capsys):
-    assert _err(capsys, ["generate", "--prompt", "a fox", "--image", "/missing.png"]) == (
+    assert _err(capsys, ["generate", "--prompt", "a fox", "--model", TI2V, "--image", "/missing.png"]) == (
         "error: --image /missing.png: no such file. Why: the start image must be a PNG or JPEG file. Fix: check the "
         "path given to --image.\n")
+
+
+def test_with_url_and_family_an_image_the_model_does_not_take_is_refused_by_its_rule_before_reading(capsys):
+    """--family says the model at once: its inputs rule refuses --image before the file is opened (the path
+    does not exist) and before the server (nothing listens on port 9) is asked anything."""
+    err = _err(capsys, [*GENERATE, "--url", "http://127.0.0.1:9", "--family", "t2v_a14b", "--image", "/missing.png"])
+    assert err.startswith("error: Wan2.2 T2V-A14B does not take --image. ") and "no such file" not in err
 
 
 def test_an_unreadable_image_names_the_option(capsys, tmp_path):
     bad = tmp_path / "notes.png"
     bad.write_text("not an image")
-    err = _err(capsys, ["generate", "--prompt", "a fox", "--image", str(bad)])
+    err = _err(capsys, ["generate", "--prompt", "a fox", "--model", TI2V, "--image", str(bad)])
     assert err.startswith(f"error: --image {bad} cannot be read as an image. Why: ")
     assert err.endswith("Fix: give --image a PNG or JPEG file.\n")
 

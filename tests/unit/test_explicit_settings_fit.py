@@ -1,7 +1,7 @@
 """Explicit serving settings (not `auto`) are checked against the known GPU sizes before a launch:
 a load more than 10% over the card (beyond the memory plan's measured error) is refused before
-anything starts, naming the peak, the card and the widgets to change; a smaller misfit is a
-warning in the plan text the Local Server node shows; `argv`, which starts nothing, only warns.
+anything starts, naming the peak, the card and the widgets to change; a smaller misfit is one of
+the plan's warnings (not its text), which the Local Server node shows; `argv`, which starts nothing, only warns.
 `argv --gpu-memory` is plan's declaration, and `argv --parallel auto` plans for it or refuses
 without GPU sizes."""
 from __future__ import annotations
@@ -34,6 +34,14 @@ def _resolve(choice: ServingChoice, model: str, **kw):
                           **kw)
 
 
+def _misfit(choice: ServingChoice, model: str) -> str:
+    """The one warning the plan of explicit settings gives; the recommendation text stays empty (none was made)."""
+    plan = _resolve(choice, model)
+    assert plan.text == ""
+    (warning,) = plan.warnings
+    return warning
+
+
 def _load_gib(choice: ServingChoice, model: str) -> float:
     """What the plan says one GPU holds from the start for `choice` (a card big enough for anything)."""
     g = plan(choice.base_spec(model, CONFIG), gpus=[4000.0], server_version=DEFAULT_VERSION).gpus[0]
@@ -54,14 +62,15 @@ def test_ulysses_on_two_24s_is_refused_before_launching(monkeypatch):
 
 def test_the_same_settings_on_two_80s_launch_without_a_word(monkeypatch):
     monkeypatch.setenv(GPU_MEMORY_ENV, "80,80")
-    assert _resolve(ULYSSES_2, T2V).text == ""
+    plan = _resolve(ULYSSES_2, T2V)
+    assert plan.text == "" and plan.warnings == []
 
 
 def test_a_load_within_the_plans_error_is_a_warning_beyond_it_a_refusal(monkeypatch):
     load = _load_gib(ONE_GPU, TI2V)
     monkeypatch.setenv(GPU_MEMORY_ENV, f"{load / (1 + REFUSE_OVER / 2):.2f}")
-    text = _resolve(ONE_GPU, TI2V).text
-    assert text.startswith("WARNING: the memory plan says these settings do not fit: peak ")
+    text = _misfit(ONE_GPU, TI2V)
+    assert text.startswith("the memory plan says these settings do not fit: peak ")
     assert "expect an out-of-memory failure" in text and "parallel_mode to auto" in text
     monkeypatch.setenv(GPU_MEMORY_ENV, f"{load / (1 + 2 * REFUSE_OVER):.2f}")
     with pytest.raises(LauncherError, match="do not fit the GPUs"):
@@ -70,8 +79,8 @@ def test_a_load_within_the_plans_error_is_a_warning_beyond_it_a_refusal(monkeypa
 
 def test_a_request_that_overflows_only_in_its_activations_is_a_warning(monkeypatch):
     monkeypatch.setenv(GPU_MEMORY_ENV, "24")    # TI2V-5B loads in 24 GiB; 1280x704x121 does not run in it
-    text = _resolve(ONE_GPU, TI2V).text
-    assert text.startswith("WARNING: ") and "for Wan2.2 TI2V-5B at 1280x704x121" in text
+    text = _misfit(ONE_GPU, TI2V)
+    assert text.startswith("the memory plan says ") and "for Wan2.2 TI2V-5B at 1280x704x121" in text
 
 
 def test_argv_warns_and_prints_the_command_it_was_asked_for(capsys):
@@ -79,7 +88,7 @@ def test_argv_warns_and_prints_the_command_it_was_asked_for(capsys):
                  "24,24"]) == 0
     out = capsys.readouterr()
     assert "--usp 2 --vae-patch-parallel-size 2" in out.out
-    assert "WARNING: the memory plan says these settings do not fit: peak 72.2 GiB vs 24.0 GiB" in out.err
+    assert "warning: the memory plan says these settings do not fit: peak 72.2 GiB vs 24.0 GiB" in out.err
 
 
 def test_argv_takes_plans_gpu_memory_declaration():
@@ -111,6 +120,6 @@ def test_argv_parallel_auto_without_gpu_sizes_refuses_naming_gpu_memory(monkeypa
 def test_offload_with_too_little_host_ram_for_what_it_moves_is_a_warning(monkeypatch):
     monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(total=16 << 30, available=8 << 30))
     monkeypatch.setenv(GPU_MEMORY_ENV, "80")     # the GPU holds it: only the host RAM does not
-    text = _resolve(ServingChoice(parallel_mode="none", offload="layerwise"), T2V).text
-    assert text.startswith("WARNING: host RAM is too small for what offload 'layerwise' moves off the GPUs (needs ")
+    text = _misfit(ServingChoice(parallel_mode="none", offload="layerwise"), T2V)
+    assert text.startswith("host RAM is too small for what offload 'layerwise' moves off the GPUs (needs ")
     assert "GiB)" in text and "expect the server to fail while loading" in text and "free host RAM" in text

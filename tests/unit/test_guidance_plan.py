@@ -4,7 +4,6 @@ choice), and Generate Video re-plans an `auto` server that would idle a GPU."""
 from __future__ import annotations
 
 import argparse
-from types import SimpleNamespace
 from typing import Any, Iterator, Optional
 
 import pytest
@@ -20,6 +19,7 @@ from vllm_omni_launcher.server import registry
 from vllm_omni_launcher.server.config.local_config import LocalConfig
 from vllm_omni_launcher.server.launch import versions
 from vllm_omni_launcher.server.launch.spec import LaunchSpec, ParallelConfig
+from vllm_omni_launcher.server.supervision.status import READY, Status
 
 A14B = FAMILIES["t2v_a14b"]
 V30 = (0, 30)
@@ -111,9 +111,9 @@ class _GpuServer:
     def stop(self, timeout: Optional[float] = None) -> None:
         self.running = False
 
-    def status(self) -> SimpleNamespace:
-        return SimpleNamespace(ready=self.running, text=f"Ready: {self.spec.served_name} at {self.url}", url=self.url,
-                               log_path=None, last_error=None, restarts=0, fallback_note="")
+    def status(self) -> Status:
+        return Status(READY, f"Ready: {self.spec.served_name} at {self.url}", self.running, pid=None, port=None,
+                      url=self.url, generation=1, fingerprint=self.spec.fingerprint())
 
     def listen(self, on_status: Any, replay: bool = False) -> None:
         return None

@@ -45,6 +45,19 @@ def test_plan_text_shows_breakdown_and_why(capsys):
     assert "DOES NOT FIT" in text and "Recommended:" in text and "not 1 GPU, no offload" in text
 
 
+def test_plan_prints_each_recommendation_warning_once_after_its_text(capsys):
+    """The recommendation's text carries no warning; `plan` gives each of its warnings as one `warning:` line."""
+    args = ["plan", "--model", "Wan-AI/Wan2.2-TI2V-5B-Diffusers", "--gpu-memory", "141", "--host-ram", "64",
+            "--speed", "fast"]
+    assert main([*args, "--json"]) == 0
+    warnings = json.loads(capsys.readouterr().out)["recommendation"]["warnings"]
+    assert any(w.startswith("speed fast: FP8 DiT weights") for w in warnings)
+    assert main(args) == 0
+    shown = capsys.readouterr().out.split("== recommendation ==")[1].splitlines()
+    assert [ln for ln in shown if ln.startswith("warning")] == [f"warning: {w}" for w in warnings]
+    assert shown[-len(warnings):] == [f"warning: {w}" for w in warnings]
+
+
 def test_plan_no_cfg_and_geforce(capsys):
     main(["plan", "--model", "Wan-AI/Wan2.2-TI2V-5B-Diffusers", "--width", "832", "--height", "480", "--frames",
           "81", "--gpu-memory", "2x24", "--gpu-name", "NVIDIA GeForce RTX 4090", "--p2p", "no", "--host-ram", "64",

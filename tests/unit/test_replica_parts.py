@@ -157,8 +157,8 @@ def test_an_explicit_replica_that_does_not_fit_its_gpu_is_warned_about_or_refuse
     monkeypatch.setenv(GPU_MEMORY_ENV, "24,80")        # replica 0 loads on its 24 GiB, its default clip does not run
     plan = _resolve(choice, TI2V)
     assert plan.spec.replicas == 2
-    assert plan.text.startswith("WARNING: the memory plan says these settings do not fit: ")
-    assert "vs 24.0 GiB per GPU (GPU 0) " in plan.text
+    (misfit,) = [w for w in plan.warnings if w.startswith("the memory plan says these settings do not fit: ")]
+    assert "vs 24.0 GiB per GPU (GPU 0) " in misfit and plan.text == ""
     monkeypatch.setenv(GPU_MEMORY_ENV, "16,80")        # replica 0 cannot even load on its 16 GiB
     with pytest.raises(LauncherError, match=r"do not fit the GPUs: peak \S+ GiB vs 16.0 GiB per GPU \(GPU 0\)"):
         _resolve(choice, TI2V)
