@@ -100,20 +100,8 @@ def _served_family(client: VideoClient, url: str) -> Any:
 
 
 def _load_image(path: Optional[str]) -> Optional[bytes]:
-    if not path:
-        return None
-    import numpy as np
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(path) as img:
-            return image_to_png(np.asarray(img.convert("RGB")))
-    except FileNotFoundError as exc:
-        raise LauncherError(f"--image {path}: no such file", "the start image must be a PNG or JPEG file",
-                            "check the path given to --image", setting="--image") from exc
-    except (UnidentifiedImageError, OSError) as exc:
-        raise LauncherError(f"--image {path} cannot be read as an image", str(exc),
-                            "give --image a PNG or JPEG file", setting="--image") from exc
+    """--image as the PNG the request carries (None without one)."""
+    return image_to_png(_read_rgb(path, "--image", "the start image")) if path else None
 
 
 # The command line's words for the inputs models/inputs.py's rule speaks of.
@@ -160,7 +148,8 @@ def _media(args: argparse.Namespace, family: Any, shape: dict[str, Any]) -> dict
     return media
 
 
-def _read_rgb(path: str, flag: str) -> Any:
+def _read_rgb(path: str, flag: str, what: str = "it") -> Any:
+    """The picture at `path` as [H, W, 3] uint8; a missing or unreadable file is a usage error naming `flag`."""
     import numpy as np
     from PIL import Image, UnidentifiedImageError
 
@@ -168,7 +157,7 @@ def _read_rgb(path: str, flag: str) -> Any:
         with Image.open(path) as img:
             return np.asarray(img.convert("RGB"))
     except FileNotFoundError as exc:
-        raise LauncherError(f"{flag} {path}: no such file", "it must be a PNG or JPEG file",
+        raise LauncherError(f"{flag} {path}: no such file", f"{what} must be a PNG or JPEG file",
                             f"check the path given to {flag}", setting=flag) from exc
     except (UnidentifiedImageError, OSError) as exc:
         raise LauncherError(f"{flag} {path} cannot be read as an image", str(exc),
