@@ -40,6 +40,12 @@ class Rung:
                 "warnings": list(self.warnings)}
 
 
+# The rejected rungs the text names one by one: the last in ladder order, just faster than the pick (when nothing
+# fits, the leanest: most offload, tiling, FP8); one line sums up the faster ones. Two GPUs have some forty rungs,
+# and a list that long buried the answer in the Local Server node's error and in `plan`.
+SHOWN_REJECTED = 6
+
+
 @dataclass
 class Recommendation:
     """The fastest fitting configuration (or None), and why each faster one does not fit."""
@@ -115,7 +121,11 @@ class Recommendation:
                 lines.append(f"  at {self.request.width}x{self.request.height} this configuration fits up to "
                              f"{self.max_frames} frames")
         asked = f" at {self.asked.label()}" if self.reduced or self.spec is None else ""   # the request they are for
-        for r in self.rejected:
+        hidden = self.rejected[:-SHOWN_REJECTED] if len(self.rejected) > SHOWN_REJECTED else []
+        if hidden:
+            lines.append(f"  not {len(hidden)} faster configurations ({hidden[0].label} first): none fits "
+                         "either (plan --json lists each with its reason)")
+        for r in self.rejected[len(hidden):]:
             lines.append(f"  not {r.label}{asked}: {r.why_not}")
         lines.append(f"  estimates calibrated for {self.calibration}")
         for n in self.notes:
