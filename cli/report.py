@@ -75,4 +75,5 @@ def for_command_line(exc: LauncherError, flags: Mapping[str, str]) -> LauncherEr
         fix = f"{own}: {fix}"
     if fix == exc.fix:
         return exc
-    return LauncherError(exc.what, exc.why, fix, setting=exc.setting, raw=exc.raw, kind=exc.kind)
+    return LauncherError(exc.what, exc.why, fix, setting=exc.setting, raw=exc.raw, kind=exc.kind,
+                         raw_label=exc.raw_label)

@@ -194,7 +194,7 @@ class _Batch:
     def _failed(self, i: int, state: JobState) -> LauncherError:
         err = self.client.job_failure(self.jobs[i], state)
         return LauncherError(f"Clip {i + 1}/{len(self.jobs)}: {err.what}", err.why, err.fix, setting=err.setting,
-                             raw=err.raw, kind=err.kind)
+                             raw=err.raw, kind=err.kind, raw_label=err.raw_label)
 
     def _collect(self, i: int) -> None:
         """Download clip i, decode it into its slot of the batch's frames, delete its job."""

@@ -21,14 +21,16 @@ class LauncherError(Exception):
     """A user-facing failure.
 
     `setting` names the node widget or CLI flag the fix is about, when there is one.
-    `raw` is the upstream text (server log tail, HTTP body) kept verbatim.
+    `raw` is the upstream text (server log tail, HTTP body) kept verbatim, under `raw_label`'s heading (our
+    own detail, such as the planner's list of configurations, says whose words it is).
     `kind` is a stable machine-readable category (e.g. "refused", "oom_load") that code
     branches on; "" when no caller needs to tell this failure apart.
     """
 
     def __init__(self, what: str, why: str = "", fix: str = "", *, setting: str = "", raw: str = "",
-                 kind: str = "") -> None:
+                 kind: str = "", raw_label: str = "upstream said") -> None:
         self.what, self.why, self.fix, self.setting, self.raw, self.kind = what, why, fix, setting, raw, kind
+        self.raw_label = raw_label
         super().__init__(self.text())
 
     def text(self) -> str:
@@ -39,7 +41,7 @@ class LauncherError(Exception):
             parts.append(f"Fix: {self.fix.rstrip('.')}.")
         text = " ".join(parts)
         if self.raw:
-            text += f"\n--- upstream said ---\n{self.raw.strip()}"
+            text += f"\n--- {self.raw_label} ---\n{self.raw.strip()}"
         return text
 
 

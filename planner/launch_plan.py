@@ -254,10 +254,12 @@ def resolve_launch(base: LaunchSpec, config: LocalConfig, *, gpus: str = "all", 
                       gpus=chosen if hypothetical else None, allow_fp8=allow_fp8,
                       server_version=version, speed=speed)
         if rec.spec is None:
-            others = "a smaller model (TI2V-5B), fewer frames or a smaller size, or more GPUs"
-            raise LauncherError("No serving configuration fits these GPUs", rec.reason,
-                                f"{rec.way_out}. Otherwise use {others}" if rec.way_out else f"use {others}",
-                                setting="serving", raw=rec.text())
+            smaller = "" if base.family.key == "ti2v_5b" else "a smaller model (TI2V-5B), "
+            others = f"use {smaller}fewer frames or a smaller size, or more GPUs"
+            why, fix = ((rec.reason, f"{rec.way_out}. Otherwise {others}") if rec.fp8_fits else
+                        (f"{rec.reason}. {rec.way_out}" if rec.way_out else rec.reason, others))
+            raise LauncherError("No serving configuration fits these GPUs", why, fix, setting="serving",
+                                raw=rec.text(), raw_label="the memory plan")
         spec, text, warnings = rec.spec, rec.text(), list(rec.warnings)
         ids = list(base.gpus or visible)
         if queued_jobs > 1 and len(ids) > 1:

@@ -69,6 +69,11 @@ class Recommendation:
         self.rejected = [r for r in self.rejected if r.spec is not self.spec]
 
     @property
+    def fp8_fits(self) -> bool:
+        """Nothing fits, and `way_out` names the FP8 configuration that would (a fix, not more of the why)."""
+        return bool(self.way_out) and not self.way_out.startswith(EVEN_FP8)
+
+    @property
     def reduced(self) -> bool:
         return self.request != self.asked
 
@@ -137,6 +142,9 @@ FP8_SWITCH = ("Serving Config's fp8 on, with parallel_mode auto; CLI: plan --all
               "--quantization fp8 with --parallel auto")
 
 
+EVEN_FP8 = "Even FP8 does not fit"      # how a way out that is no way out begins (more of the why, not a fix)
+
+
 def fp8_way_out(planned: Recommendation) -> str:
     """The sentence a nothing-fits answer ends with, from `planned`: the same request planned by the same
     ladder with FP8 allowed. FP8 stays off unless asked (ladder.py), but where nothing else fits the user
@@ -145,9 +153,9 @@ def fp8_way_out(planned: Recommendation) -> str:
     if planned.spec is None or planned.plan is None:
         tried = [r for r in planned.rejected if r.spec.memory.quantization == "fp8" and r.plan is not None]
         if not tried:
-            return "Even FP8 does not fit"
+            return EVEN_FP8
         leanest = min(tried, key=lambda r: r.plan.peak_gib)   # type: ignore[union-attr]
-        return f"Even FP8 does not fit: its leanest configuration ({leanest.label}) does not: {leanest.why_not}"
+        return f"{EVEN_FP8}: its leanest configuration ({leanest.label}) does not: {leanest.why_not}"
     p = planned.plan
     gpus = ", ".join(f"{g.peak_gib:.1f} GiB of {g.gpu.available_gib:.1f} on GPU {g.gpu.index}"
                      for g in p.gpus if g.gpu is not None)

@@ -142,7 +142,8 @@ class LaunchSpec:
         try:
             family = self.family
         except LauncherError as exc:
-            raise SpecError(exc.what, exc.why, exc.fix, setting=exc.setting, raw=exc.raw) from exc
+            raise SpecError(exc.what, exc.why, exc.fix, setting=exc.setting, raw=exc.raw,
+                            raw_label=exc.raw_label) from exc
         p, m, r = self.parallel, self.memory, self.runtime
         rules.check_choices(p, m, r)
         rules.check_version(family, version)

@@ -90,3 +90,27 @@ def test_the_node_serve_and_plan_show_the_same_sentence(a_48gb_card_and_64gb_ram
 
     assert main(["plan", "--model", T2V, "--gpu-memory", "48", "--host-ram", "64"]) != 0
     assert f"\n  {sentence}\n" in capsys.readouterr().out
+
+
+def test_where_even_fp8_does_not_fit_the_node_says_so_under_why_and_the_fix_is_what_to_change(server_env_python,
+                                                                                             monkeypatch):
+    monkeypatch.setenv(GPU_MEMORY_ENV, "16")
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=20 * 2**30))
+    config = LocalConfig(server_command=(server_env_python, stubserver.STUB_SCRIPT))
+    with pytest.raises(LauncherError) as node:
+        ServingChoice().resolve(T2V, config)
+    way_out = _nothing_fits(16, 20).way_out
+    assert node.value.why.endswith(f". {way_out}")              # more of the why, not a fix
+    assert node.value.fix == "use a smaller model (TI2V-5B), fewer frames or a smaller size, or more GPUs"
+    detail = str(node.value).split("\n", 1)[1]
+    assert detail.startswith("--- the memory plan ---\nNo configuration fits: "), "the planner's words, not upstream's"
+
+
+def test_a_ti2v_that_fits_nowhere_is_not_told_to_use_ti2v(server_env_python, monkeypatch):
+    monkeypatch.setenv(GPU_MEMORY_ENV, "4")
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=4 * 2**30))
+    config = LocalConfig(server_command=(server_env_python, stubserver.STUB_SCRIPT))
+    with pytest.raises(LauncherError) as node:
+        ServingChoice().resolve("Wan-AI/Wan2.2-TI2V-5B-Diffusers", config)
+    assert node.value.what == "No serving configuration fits these GPUs"
+    assert node.value.fix.endswith("use fewer frames or a smaller size, or more GPUs") and "TI2V-5B)" not in node.value.fix
