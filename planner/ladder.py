@@ -272,8 +272,7 @@ def _nothing_fits(rungs: Sequence[Rung]) -> str:
         host = r.plan.host_ram   # type: ignore[union-attr]
         return (f"host RAM is the limit: the GPUs would fit {r.label}, but its offloaded weights need "
                 f"{host['needed_gib']:.0f} GiB of host RAM and {host['available_gib']:.0f} GiB is available; free "
-                "host RAM (close other programs or servers), or, planning for a machine with more, give its RAM "
-                "with --host-ram GB")
+                "host RAM (close other programs or servers); `plan --host-ram GB` plans for a machine with more")
     return ("even the leanest configuration (layerwise offload, tiled VAE) does not fit these GPUs; the model's "
             "weights are the limit")
 

@@ -101,6 +101,9 @@ def test_where_even_fp8_does_not_fit_the_node_says_so_under_why_and_the_fix_is_w
         ServingChoice().resolve(T2V, config)
     way_out = _nothing_fits(16, 20).way_out
     assert node.value.why.endswith(f". {way_out}")              # more of the why, not a fix
+    assert node.value.why.startswith("host RAM is the limit: ") and ("free host RAM (close other programs or "
+                                                                     "servers); `plan --host-ram GB` plans for a "
+                                                                     "machine with more") in node.value.why
     assert node.value.fix == "use a smaller model (TI2V-5B), fewer frames or a smaller size, or more GPUs"
     detail = str(node.value).split("\n", 1)[1]
     assert detail.startswith("--- the memory plan ---\nNo configuration fits: "), "the planner's words, not upstream's"
