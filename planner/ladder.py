@@ -327,7 +327,7 @@ def recommend(model: Union[str, LaunchSpec], request: Optional[RequestShape] = N
             faster = len(rejected)
             reason = (f"the fastest of {len(rungs)} configurations that fits" if faster == 0 else
                       f"fits with {r.plan.min_headroom_gib:.1f} GiB to spare; the {faster} faster "
-                      f"configuration(s) listed below do not")
+                      f"configuration{'s' if faster > 1 else ''} below do{'' if faster > 1 else 'es'} not fit")
             if faster == 0:
                 reason += f" ({r.plan.min_headroom_gib:.1f} GiB to spare on the tightest GPU)"
             return Recommendation(spec=r.spec, request=asked, asked=asked, plan=r.plan, label=r.label,

@@ -42,5 +42,6 @@ def test_a_fitting_pick_names_the_rejected_just_faster_than_it():
     rec = recommend(LaunchSpec(model=T2V), gpus=[24, 24], host_available_gib=256)
     assert rec.spec is not None and len(rec.rejected) > SHOWN_REJECTED
     named = re.findall(r"^  not (.+?): ", rec.text(), re.M)
+    assert rec.reason.endswith(f"the {len(rec.rejected)} faster configurations below do not fit")
     assert named[0].startswith(f"{len(rec.rejected) - SHOWN_REJECTED} faster configurations")
     assert named[1:] == [r.label for r in rec.rejected[-SHOWN_REJECTED:]]
