@@ -374,7 +374,7 @@ def recommend(model: Union[str, LaunchSpec], request: Optional[RequestShape] = N
                           notes=[n for n in notes if n != FP8_SKIPPED], gpus=gpu_list, server_version=v)
     # Nothing fits: the same walk with FP8 allowed says which FP8 configuration would (FP8 stays opt-in)
     fp8_tried = any(r.spec.memory.quantization == "fp8" for r in rungs)
-    none.way_out = fp8_way_out(none if fp8_tried else recommend(
+    none.way_out, none.fp8_fits = fp8_way_out(none if fp8_tried else recommend(
         base, asked, gpu_list, p2p=p2p, allow_fp8=True, host_available_gib=host_available_gib,
         min_frames=min_frames, server_version=v, speed=speed))
     return none

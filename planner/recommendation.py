@@ -64,14 +64,10 @@ class Recommendation:
     speed: str = ""                        # the chosen rung's expected cost (planner/speed_costs.py)
     server_version: Optional[Version] = None   # the vLLM-Omni line planned for (None: the pinned default)
     way_out: str = ""                      # nothing fits: what FP8 would fit, or that even FP8 does not
+    fp8_fits: bool = False                 # ...and FP8 would: `way_out` is a fix, not more of the why
 
     def __post_init__(self) -> None:   # the rung chosen for a reduced request is not a rejected one
         self.rejected = [r for r in self.rejected if r.spec is not self.spec]
-
-    @property
-    def fp8_fits(self) -> bool:
-        """Nothing fits, and `way_out` names the FP8 configuration that would (a fix, not more of the why)."""
-        return bool(self.way_out) and not self.way_out.startswith(EVEN_FP8)
 
     @property
     def reduced(self) -> bool:
@@ -142,20 +138,18 @@ FP8_SWITCH = ("Serving Config's fp8 on, with parallel_mode auto; CLI: plan --all
               "--quantization fp8 with --parallel auto")
 
 
-EVEN_FP8 = "Even FP8 does not fit"      # how a way out that is no way out begins (more of the why, not a fix)
-
-
-def fp8_way_out(planned: Recommendation) -> str:
-    """The sentence a nothing-fits answer ends with, from `planned`: the same request planned by the same
-    ladder with FP8 allowed. FP8 stays off unless asked (ladder.py), but where nothing else fits the user
+def fp8_way_out(planned: Recommendation) -> tuple[str, bool]:
+    """The sentence a nothing-fits answer ends with, and whether FP8 fits, from `planned`: the same request
+    planned by the same ladder with FP8 allowed. FP8 stays off unless asked (ladder.py), but where nothing else fits the user
     should read the FP8 configuration that would, with its GPU and host RAM figures, and what it costs;
     or that even FP8 does not fit, and why."""
     if planned.spec is None or planned.plan is None:
         tried = [r for r in planned.rejected if r.spec.memory.quantization == "fp8" and r.plan is not None]
         if not tried:
-            return EVEN_FP8
+            return "Even FP8 does not fit", False
         leanest = min(tried, key=lambda r: r.plan.peak_gib)   # type: ignore[union-attr]
-        return f"{EVEN_FP8}: its leanest configuration ({leanest.label}) does not: {leanest.why_not}"
+        return (f"Even FP8 does not fit: its leanest configuration ({leanest.label}) does not: "
+                f"{leanest.why_not}", False)
     p = planned.plan
     gpus = ", ".join(f"{g.peak_gib:.1f} GiB of {g.gpu.available_gib:.1f} on GPU {g.gpu.index}"
                      for g in p.gpus if g.gpu is not None)
@@ -164,4 +158,4 @@ def fp8_way_out(planned: Recommendation) -> str:
            + ("" if host.get("available_gib") is None else f" of {host['available_gib']:.0f}"))
     at = f" at {planned.request.label()} (not {planned.asked.label()})" if planned.reduced else ""
     return (f"With FP8 allowed ({FP8_SWITCH}), {planned.label} fits{at}: {gpus}{ram}. FP8 changes the frames "
-            "(they are not bf16's) and upstream has not validated Wan2.2 quantization")
+            "(they are not bf16's) and upstream has not validated Wan2.2 quantization"), True

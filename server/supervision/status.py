@@ -125,7 +125,7 @@ class StatusBoard:
             self.emit()
 
     def _apply(self, phase: Optional[str], text: Optional[str], progress: Any, note: Optional[str] = None) -> bool:
-        before = (self.phase, self.text, self.note, self.progress)
+        before = (self.phase, self.text, self.progress)      # the text holds the note
         if phase is not None and phase != self.phase:
             self.phase = phase
             if progress is _KEEP:
@@ -135,7 +135,7 @@ class StatusBoard:
         if progress is not _KEEP:
             self.progress = progress
         self.changed.notify_all()
-        return (self.phase, self.text, self.note, self.progress) != before
+        return (self.phase, self.text, self.progress) != before
 
     def set_error(self, err: Optional[LauncherError]) -> None:
         with self.lock:

@@ -33,6 +33,7 @@ def test_a_48gb_card_with_64gb_ram_is_told_which_fp8_configuration_fits_and_its_
     fp8 = recommend(T2V, ASKED, [48], host_available_gib=64, allow_fp8=True)
     assert fp8.spec is not None and fp8.spec.memory.quantization == "fp8" and not fp8.reduced
     peak, host = fp8.plan.gpus[0].peak_gib, fp8.plan.host_ram["needed_gib"]
+    assert rec.fp8_fits
     assert rec.way_out.startswith("With FP8 allowed (Serving Config's fp8 on, with parallel_mode auto; CLI: "
                                   "plan --allow-fp8, or serve / generate --quantization fp8 with --parallel auto), ")
     assert (f"{fp8.label} fits: {peak:.1f} GiB of 48.0 on GPU 0, {host:.0f} GiB host RAM of 64. FP8 changes the "
@@ -50,6 +51,7 @@ def test_where_fp8_fits_only_fewer_frames_the_sentence_says_which_request():
 
 def test_where_even_fp8_does_not_fit_the_answer_says_so_and_what_limits_it():
     rec = _nothing_fits(16, 20)
+    assert not rec.fp8_fits
     assert rec.way_out == ("Even FP8 does not fit: its leanest configuration (1 GPU + layerwise offload + VAE tiling "
                            "+ FP8) does not: host RAM needs 40 GiB, 20 available")
 
