@@ -25,13 +25,13 @@ from typing import Any, Optional
 import numpy as np
 
 from ..errors import LauncherError
-from .images import check_image_pixels, uint8_rgb
+from .images import capped_uint8_rgb, uint8_rgb
 
 FORM_TEXT_PART_MAX = 1 << 20          # Starlette's max_part_size for a text part (formparsers.py:172-173)
 MAX_REFERENCE_IMAGES = 4              # VACE R2V: one JSON part holds them all (< 1 MiB)
 MAX_CONTROL_FRAMES = 257              # 4k+1; 16 s at 16 fps
 MAX_CONTROL_PIXELS = 1280 * 720       # per frame; the largest size Wan is trained at
-# reference images (and the I2V / S2V start image): images.MAX_IMAGE_PIXELS, before their one conversion
+# reference images (and the I2V / S2V start image): shrunk to images.MAX_IMAGE_PIXELS as they are converted
 CONTROL_VIDEO_MAX_BYTES = 256 << 20   # what the launcher uploads at most (upstream reads it unbounded)
 CONTROL_CRF = 10                      # near-lossless H.264: the control signal is what VACE follows
 AUDIO_RATE = 16000                    # wav2vec2's rate: S2V resamples to it anyway (pipeline_wan2_2_s2v.py:850-856)
@@ -207,7 +207,8 @@ def _control_too_large(size: int) -> LauncherError:
 # ----------------------------------------------------------------------------- reference images
 def reference_image(image: Any, width: int, height: int) -> ReferenceImage:
     """One image (ComfyUI IMAGE [1, H, W, 3] / [H, W, 3], float 0..1 or uint8) as a reference at
-    width x height: the LANCZOS stretch vLLM-Omni applies itself (serving_video.py:351-363)."""
+    width x height: the LANCZOS stretch vLLM-Omni applies itself (serving_video.py:351-363), from the
+    picture shrunk to at most images.MAX_IMAGE_PIXELS first (block averages, never a full-size copy)."""
     from PIL import Image  # noqa: PLC0415
 
     arr = np.asarray(image)
@@ -217,8 +218,7 @@ def reference_image(image: Any, width: int, height: int) -> ReferenceImage:
         raise LauncherError(f"A reference image has shape {tuple(np.asarray(image).shape)}",
                             "each reference must be one RGB image [H, W, 3]",
                             "connect an IMAGE (e.g. Load Image) to 'reference_images'", setting="reference_images")
-    check_image_pixels(arr.shape[1], arr.shape[0], "A reference image", "reference_images", f"{width}x{height}")
-    picture = Image.fromarray(uint8_rgb(arr, "A reference image", "reference_images")).resize(
+    picture = Image.fromarray(capped_uint8_rgb(arr, "A reference image", "reference_images")).resize(
         (int(width), int(height)), Image.Resampling.LANCZOS)
     out = io.BytesIO()
     picture.save(out, format="JPEG", quality=92)
