@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..client.api import VideoClient
-from ..client.images import image_to_png
 from ..client.media import MAX_AUDIO_S, MAX_REFERENCE_IMAGES
 from ..client.request import DEFAULT_SAMPLER, SAMPLERS
 from ..client.transport import Deadlines
@@ -99,9 +98,10 @@ def _served_family(client: VideoClient, url: str) -> Any:
     return family_for(served[0])
 
 
-def _load_image(path: Optional[str]) -> Optional[bytes]:
-    """--image as the PNG the request carries (None without one)."""
-    return image_to_png(_read_rgb(path, "--image", "the start image")) if path else None
+def _load_image(path: Optional[str]) -> Any:
+    """--image as the picture the request's PNG is made from (models.request_for, at the request's size;
+    None without one)."""
+    return _read_rgb(path, "--image", "the start image") if path else None
 
 
 # The command line's words for the inputs models/inputs.py's rule speaks of.
@@ -120,8 +120,8 @@ def _check_inputs(args: argparse.Namespace, family: Any) -> None:
     check_inputs(family, given, CLI_WORDS, references=len(args.reference_image or ()))
 
 
-def _checked_image(args: argparse.Namespace, family: Any) -> Optional[bytes]:
-    """--image as PNG bytes, read only once `family`'s inputs rule took the options: a model that takes no
+def _checked_image(args: argparse.Namespace, family: Any) -> Any:
+    """--image as a picture, read only once `family`'s inputs rule took the options: a model that takes no
     image refuses --image in the rule's words, not with what reading the file says. A local launch calls
     this before the launch is resolved; --url without --family once the server has said its model."""
     _check_inputs(args, family)
@@ -254,7 +254,7 @@ def _runs_cfg(args: argparse.Namespace) -> bool:
     return cfg_runs(*guidance_as_sent(family_for(args.model), args.guidance, args.guidance_2))
 
 
-def _request(args: argparse.Namespace, family: Any, image: Optional[bytes],
+def _request(args: argparse.Namespace, family: Any, image: Any,
              limit: Optional[RequestLimit] = None) -> Any:
     """The request with the model's defaults filled in and checked (models.request_for, as the node does),
     with the serving plan's size and frames where the options leave them to the model."""
@@ -269,7 +269,7 @@ def _request(args: argparse.Namespace, family: Any, image: Optional[bytes],
     request = request_for(
         family, prompt=args.prompt, negative_prompt=args.negative_prompt, fps=args.fps, steps=args.steps,
         guidance=args.guidance, guidance_2=args.guidance_2, boundary_ratio=args.boundary_ratio,
-        flow_shift=args.flow_shift, seed=args.seed, image_png=image, **shape, **_media(args, family, shape))
+        flow_shift=args.flow_shift, seed=args.seed, image=image, **shape, **_media(args, family, shape))
     lora = request_lora_from_cli(args.lora_request, family) if args.lora_request else None
     return replace(request, sampler=args.sampler, lora=lora)
 

@@ -23,7 +23,7 @@ Plain Python (requests, numpy, PyAV, Pillow); no ComfyUI, no torch.
 * `clip_memory` the memory cap on decoded frames (local config max_clip_memory_gib): one clip, or all
                 of a batch's clips together, checked before a job whose frames are decoded is sent.
 * `server_json` a server's JSON parsed within size and depth bounds.
-* `images`      image_to_png (IMAGE -> PNG bytes for I2V uploads).
+* `images`      image_to_png (IMAGE -> PNG bytes at the request's size for I2V uploads).
 * `streamed_download`  the MP4 decoded while it downloads (a Range request fetches its index);
                 `body_buffer` the buffer both answers fill and the decoder reads, blocking.
 * `batch`       several jobs submitted together, polled together, each decoded as it completes.

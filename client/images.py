@@ -6,9 +6,12 @@ Plain Python + numpy + Pillow: no ComfyUI and no torch (a torch CPU tensor works
 `np.asarray`).
 
 A picture is a stranger's input, and a user's 24 MP phone photo is an ordinary one. vLLM-Omni
-stretches every start or reference image to the request's width x height itself (LANCZOS,
-serving_video.py:351-363 in 0.30), so a picture over MAX_IMAGE_PIXELS is not refused but shrunk here
-by an integer factor (each k x k block averaged) to at most MAX_IMAGE_PIXELS, its aspect kept. What
+stretches every start or reference image to the request's width x height itself (serving_video.py:351-363
+in 0.30: Pillow LANCZOS of the decoded RGB picture, aspect not kept, skipped when the size already
+matches), so the launcher makes that stretch here and sends the picture at the request's size
+(`stretched`): the server gets the same pixels from a small upload instead of a full-size PNG to encode,
+send and decode. A picture over MAX_IMAGE_PIXELS is not refused but shrunk first by an integer factor
+(each k x k block averaged) to at most MAX_IMAGE_PIXELS, its aspect kept. What
 the launcher allocates is bounded whatever the input's size: one tile of ROW_BLOCK_PIXELS floats at
 a time beside the uint8 result, which holds at most MAX_IMAGE_PIXELS (its PNG then at most ~48 MiB,
 pure noise being the worst case). The input itself is already in memory (ComfyUI made it); only one
@@ -17,7 +20,7 @@ over MAX_INPUT_PIXELS is refused, before anything is allocated.
 from __future__ import annotations
 
 import io
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -123,17 +126,32 @@ def _block_sizes(length: int, k: int) -> np.ndarray:
     return sizes
 
 
-def image_to_png(image: Any, *, compress_level: int = 1) -> bytes:
+def stretched(arr: np.ndarray, size: tuple[int, int], what: str, setting: str) -> Any:
+    """The picture (as capped_uint8_rgb takes it) as the PIL image vLLM-Omni 0.30 hands the pipeline
+    at `size` (width, height): its upload decoded as RGB, then Pillow LANCZOS to the request's size,
+    aspect not kept, only where the size differs (serving_video.py:351-363). Made here from the same
+    uint8 RGB picture a full-size upload would carry, so the server's stretch is skipped and its
+    pixels are the ones it would have made itself (the same Pillow resampling on both sides)."""
+    from PIL import Image  # noqa: PLC0415
+
+    picture = Image.fromarray(capped_uint8_rgb(arr, what, setting))
+    if picture.mode != "RGB":                  # grey: the server's decode converts it before its stretch
+        picture = picture.convert("RGB")
+    size = (int(size[0]), int(size[1]))
+    return picture if picture.size == size else picture.resize(size, Image.Resampling.LANCZOS)
+
+
+def image_to_png(image: Any, size: Optional[tuple[int, int]] = None, *, compress_level: int = 1) -> bytes:
     """One image as PNG bytes for the `input_reference` upload.
 
     Accepts [H, W, 3] (or [H, W, 4], alpha dropped; or [H, W] / [H, W, 1], grey) as
     float 0..1 or uint8, and ComfyUI's IMAGE batch shape [1, H, W, C]. A torch CPU
     tensor works too (anything `np.asarray` takes). Float values are clipped to 0..1.
-    A picture over MAX_IMAGE_PIXELS is shrunk to within it, its aspect kept (capped_uint8_rgb):
-    the server stretches it to the request's width x height anyway.
+    A picture over MAX_IMAGE_PIXELS is shrunk to within it, its aspect kept (capped_uint8_rgb).
+    `size` (width, height): the request's, as models.request_for resolves it; the picture is then
+    stretched to it as the server would (`stretched`), so a 12 MP photo goes up as an 832x480 PNG.
+    Without it, the PNG keeps the picture's own size (what a full-size upload held: tests, bench).
     """
-    from PIL import Image  # noqa: PLC0415
-
     arr = np.asarray(image)
     if arr.ndim == 4:
         if arr.shape[0] != 1:
@@ -153,10 +171,16 @@ def image_to_png(image: Any, *, compress_level: int = 1) -> bytes:
             "connect an IMAGE output (e.g. Load Image) to the 'image' input",
             setting="image",
         )
+    if size is not None:
+        picture = stretched(arr, size, "The start image", "image")
+    else:
+        from PIL import Image  # noqa: PLC0415
+
+        picture = Image.fromarray(capped_uint8_rgb(arr, "The start image", "image"))
     buf = io.BytesIO()
-    Image.fromarray(capped_uint8_rgb(arr, "The start image", "image")).save(
-        buf, format="PNG", compress_level=compress_level)
+    picture.save(buf, format="PNG", compress_level=compress_level)
     return buf.getvalue()
 
 
-__all__ = ["MAX_IMAGE_PIXELS", "MAX_INPUT_PIXELS", "capped_uint8_rgb", "image_to_png", "shrink_factor", "uint8_rgb"]
+__all__ = ["MAX_IMAGE_PIXELS", "MAX_INPUT_PIXELS", "capped_uint8_rgb", "image_to_png", "shrink_factor", "stretched",
+           "uint8_rgb"]

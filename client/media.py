@@ -25,7 +25,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ..errors import LauncherError
-from .images import capped_uint8_rgb, uint8_rgb
+from .images import stretched, uint8_rgb
 
 FORM_TEXT_PART_MAX = 1 << 20          # Starlette's max_part_size for a text part (formparsers.py:172-173)
 MAX_REFERENCE_IMAGES = 4              # VACE R2V: one JSON part holds them all (< 1 MiB)
@@ -207,10 +207,8 @@ def _control_too_large(size: int) -> LauncherError:
 # ----------------------------------------------------------------------------- reference images
 def reference_image(image: Any, width: int, height: int) -> ReferenceImage:
     """One image (ComfyUI IMAGE [1, H, W, 3] / [H, W, 3], float 0..1 or uint8) as a reference at
-    width x height: the LANCZOS stretch vLLM-Omni applies itself (serving_video.py:351-363), from the
+    width x height: the LANCZOS stretch vLLM-Omni applies itself (images.stretched), from the
     picture shrunk to at most images.MAX_IMAGE_PIXELS first (block averages, never a full-size copy)."""
-    from PIL import Image  # noqa: PLC0415
-
     arr = np.asarray(image)
     if arr.ndim == 4 and arr.shape[0] == 1:
         arr = arr[0]
@@ -218,8 +216,7 @@ def reference_image(image: Any, width: int, height: int) -> ReferenceImage:
         raise LauncherError(f"A reference image has shape {tuple(np.asarray(image).shape)}",
                             "each reference must be one RGB image [H, W, 3]",
                             "connect an IMAGE (e.g. Load Image) to 'reference_images'", setting="reference_images")
-    picture = Image.fromarray(capped_uint8_rgb(arr, "A reference image", "reference_images")).resize(
-        (int(width), int(height)), Image.Resampling.LANCZOS)
+    picture = stretched(arr, (width, height), "A reference image", "reference_images")
     out = io.BytesIO()
     picture.save(out, format="JPEG", quality=92)
     return ReferenceImage(int(width), int(height), out.getvalue())

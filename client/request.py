@@ -76,7 +76,7 @@ class FrameInterpolation:
 class VideoRequest:
     """One Wan2.2 generation. None means "let the server decide" and is not sent.
 
-    `num_frames` and `fps` are always sent. `image_png` (PNG bytes, see frames.image_to_png)
+    `num_frames` and `fps` are always sent. `image_png` (PNG bytes, see images.image_to_png)
     is uploaded as `input_reference` for I2V / TI2V. `lora` is the request's one PEFT adapter;
     `sampler` ("unipc" / "euler"; None or "unipc", upstream's default, sends nothing) goes out
     as extra_params.sample_solver; `interpolation` turns on RIFE. `extra` holds further raw

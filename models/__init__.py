@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from ..client.request_fields import REQUEST_FIELDS, SEED, RequestField
 from ..errors import LauncherError
@@ -117,7 +117,7 @@ def request_for(family: WanFamily, *, prompt: str, negative_prompt: Optional[str
                 fps: Optional[float] = None, steps: Optional[int] = None, guidance: Optional[float] = None,
                 guidance_2: Optional[float] = None, boundary_ratio: Optional[float] = None,
                 flow_shift: Optional[float] = None, seed: Optional[int] = None,
-                image_png: Optional[bytes] = None, control_video: Optional["ControlVideo"] = None,
+                image: Any = None, control_video: Optional["ControlVideo"] = None,
                 reference_images: tuple["ReferenceImage", ...] = (),
                 audio: Optional["AudioClip"] = None) -> "VideoRequest":
     """The one place request defaults are filled in and checked (nodes and CLI).
@@ -128,7 +128,10 @@ def request_for(family: WanFamily, *, prompt: str, negative_prompt: Optional[str
     boundary_ratio are sent only to the two-expert A14B models. A step-distilled ("dmd") family
     sends its own steps and guidance (the server runs those whatever is sent; another value is
     refused); flow_shift goes to plain Wan only (VACE, S2V and DMD read the server's --flow-shift).
-    VACE takes `control_video` or `reference_images`, S2V `image_png` plus `audio` (client/media.py).
+    VACE takes `control_video` or `reference_images`, S2V `image` plus `audio` (client/media.py).
+    `image` is the start image as a picture (what client.images.image_to_png takes: ComfyUI IMAGE,
+    [H, W, C] float or uint8); its PNG is made here, last, at the width x height resolved here, as the
+    server would stretch it, so a full-size photo is never encoded, uploaded nor decoded.
     Raises LauncherError, naming the setting and the nearest valid value, before anything
     reaches a server.
     """
@@ -153,10 +156,10 @@ def request_for(family: WanFamily, *, prompt: str, negative_prompt: Optional[str
     frames = positive(frames, family.frames)
     _check_ranges(width=width, height=height, frames=frames)
     reference_images = tuple(reference_images)
-    check_inputs(family, [name for name, on in (("image", image_png is not None), ("control_video", control_video),
+    check_inputs(family, [name for name, on in (("image", image is not None), ("control_video", control_video),
                                                 ("reference_images", reference_images), ("audio", audio)) if on],
                  references=len(reference_images))
-    check_request(family, width=width, height=height, frames=frames, has_image=image_png is not None)
+    check_request(family, width=width, height=height, frames=frames, has_image=image is not None)
     from ..client.media import check_fits   # lazy, as for VideoRequest
 
     check_fits(width=width, height=height, frames=frames, control_video=control_video,
@@ -170,8 +173,7 @@ def request_for(family: WanFamily, *, prompt: str, negative_prompt: Optional[str
                 flow_shift=_given(flow_shift, family.flow_shift) if family.pipeline == "wan" else None, seed=seed)
     _check_ranges(**sent)
     request = VideoRequest(
-        prompt=prompt, negative_prompt=negative_prompt or None, width=width, height=height, num_frames=frames,
-        image_png=image_png, **sent,
+        prompt=prompt, negative_prompt=negative_prompt or None, width=width, height=height, num_frames=frames, **sent,
         control_video=control_video, reference_images=reference_images, audio=audio)
     if family.pipeline == "s2v" and audio is not None:
         from ..client.media import s2v_output_frames
@@ -182,6 +184,10 @@ def request_for(family: WanFamily, *, prompt: str, negative_prompt: Optional[str
                                 f"it generates {family.fps:g} frames a second to match the audio",
                                 f"set fps to {family.fps:g} (0 on the node)", setting="fps")
         request.output_frames = s2v_output_frames(frames, audio.seconds, family.fps)
+    if image is not None:           # last: every other refusal comes before the picture is converted
+        from ..client.images import image_to_png
+
+        request.image_png = image_to_png(image, (request.width, request.height))
     return request
 
 

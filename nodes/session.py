@@ -14,7 +14,6 @@ from dataclasses import replace
 from typing import Any, Callable, Optional
 
 from ..client.api import VideoClient
-from ..client.images import image_to_png
 from ..client.job_results import GenerationCancelled, GenerationResult
 from ..client.poll_window import LEARNED, job_kind
 from ..client.request import FrameInterpolation
@@ -193,8 +192,8 @@ def build_request(handle: ServerHandle, *, image: Any = None, sampler: Optional[
     interpolation = interpolation_for(frame_interpolation, interpolation_model)
     # where the widgets ask for the model's size or frames and the plan fits less, the plan's
     widgets, note = (widgets, "") if handle.limit is None else handle.limit.apply(widgets)
-    png = image_to_png(comfy_bridge.first_image(image)) if image is not None else None
-    request = request_for(handle.family, image_png=png, **widgets)
+    picture = comfy_bridge.first_image(image) if image is not None else None   # its PNG: request_for's, at its size
+    request = request_for(handle.family, image=picture, **widgets)
     if interpolation is not None and handle.kind == "remote":
         raise LauncherError(
             "Frame interpolation needs a local server", "its RIFE model path is a folder on this machine, "

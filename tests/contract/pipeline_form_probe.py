@@ -12,12 +12,15 @@ pre-process hook (``diffusion/registry.py`` -> ``get_wan22_vace_pre_process_func
 engine (``_run_generation`` records the prompt and stops: there is no GPU) and the app around the one
 route (a FastAPI app with upstream's dependency and handler, not vLLM's whole server). Nothing of
 upstream is copied. The answer holds, per case, the HTTP status and error, or a summary of the media
-and parameters the pipeline would get. ``registry`` lists, per model class, upstream's registry entry.
+and parameters the pipeline would get (an image's pixels as ``pixels_sha256``, once as the handler hands them on
+and once as the pre-process hook leaves them). ``registry`` lists, per model class, upstream's registry entry.
+:func:`case` (client side) makes a case from the form a ``VideoRequest`` sends.
 """
 from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import os
 from types import SimpleNamespace
 from typing import Any
@@ -29,6 +32,22 @@ class _Stop(Exception):
     def __init__(self, prompt: Any, params: Any) -> None:
         super().__init__("engine reached")
         self.prompt, self.params = prompt, params
+
+
+def case(name: str, family: Any, form: dict[str, Any]) -> dict[str, Any]:
+    """A case: `form` (VideoRequest.form_fields, or raw fields) as the exact multipart body the client sends
+    (``requests`` prepares it, as client/transport.py does), for `family`'s pipeline class. Client side."""
+    import requests
+
+    files = {k: (v if isinstance(v, tuple) else (None, v)) for k, v in form.items()}
+    prepared = requests.Request("POST", "http://server/v1/videos", files=files).prepare()
+    return {"name": name, "model_class": family.pipeline_class, "model": family.hf_id,
+            "content_type": prepared.headers["Content-Type"], "body_b64": base64.b64encode(prepared.body).decode()}
+
+
+def pixels_sha256(img: Any) -> str:
+    """A PIL image's mode, size and pixels as one digest (both sides: the same picture, the same digest)."""
+    return hashlib.sha256(f"{img.mode} {img.size}".encode() + img.tobytes()).hexdigest()
 
 
 def _image(img: Any) -> list[int]:
@@ -44,6 +63,7 @@ def _summary(prompt: dict, params: Any, model_class: str) -> dict[str, Any]:
     if images is not None:
         items = images if isinstance(images, list) else [images]
         out["images"] = [_image(i) for i in items]
+        out["pixels_sha256"] = [pixels_sha256(i) for i in items]
     video = mm.get("video")
     if video is not None:
         out["video_frames"] = len(video)
@@ -91,6 +111,9 @@ def _pre_process(model_class: str, prompt: dict, params: Any) -> dict[str, Any]:
     if "audio_path" in info:
         result["audio_path_set"] = info["audio_path"] is not None
     result["size"] = [request.sampling_params.width, request.sampling_params.height]
+    image = (request.prompt.get("multi_modal_data") or {}).get("image") if isinstance(request.prompt, dict) else None
+    if hasattr(image, "tobytes"):
+        result["pixels_sha256"] = pixels_sha256(image)
     return result
 
 

@@ -18,8 +18,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-import requests
 
+from pipeline_form_probe import case as _case
 from vllm_omni_launcher.client import media
 from vllm_omni_launcher.client.images import image_to_png
 from vllm_omni_launcher.models import FAMILIES, PIPELINE_FAMILIES, request_for
@@ -40,18 +40,12 @@ def _smooth(frames: int, height: int, width: int) -> np.ndarray:
                      for i in range(frames)])
 
 
-def _case(name: str, family, form: dict) -> dict:
-    files = {k: (v if isinstance(v, tuple) else (None, v)) for k, v in form.items()}
-    prepared = requests.Request("POST", "http://server/v1/videos", files=files).prepare()
-    return {"name": name, "model_class": family.pipeline_class, "model": family.hf_id,
-            "content_type": prepared.headers["Content-Type"], "body_b64": base64.b64encode(prepared.body).decode()}
-
-
 @pytest.fixture(scope="module")
 def answers(upstream_resolver) -> dict:
     control = media.control_video_from_frames(_smooth(17, 480, 832))
     refs = media.reference_images_from_batch(_smooth(2, 300, 200), 832, 480)
-    portrait = image_to_png(_smooth(1, 448, 832)[0])
+    face = _smooth(1, 448, 832)[0]
+    portrait = image_to_png(face)
     speech = media.audio_clip(np.sin(np.arange(16000 * 3) / 5.0)[None].astype(np.float32), 16000)
     vace_control = request_for(VACE, prompt="a dancer", frames=17, control_video=control).form_fields()
     oversized = {"prompt": "x", "num_frames": "80", "fps": "16",
@@ -61,7 +55,7 @@ def answers(upstream_resolver) -> dict:
     cases = [
         _case("vace_control", VACE, vace_control),
         _case("vace_refs", VACE, request_for(VACE, prompt="a cat", reference_images=refs).form_fields()),
-        _case("s2v", S2V, request_for(S2V, prompt="a singer", image_png=portrait, audio=speech).form_fields()),
+        _case("s2v", S2V, request_for(S2V, prompt="a singer", image=face, audio=speech).form_fields()),
         _case("fastwan", FAST, request_for(FAST, prompt="a fox").form_fields()),
         # the speed-lever bench's `preencode` request (bench/gpu/levers.py), on plain TI2V-5B
         _case("ti2v_preencode", FAMILIES["ti2v_5b"], levers.Levers.request(

@@ -19,8 +19,13 @@ def smooth_frames(frames: int, height: int, width: int) -> np.ndarray:
                      for i in range(frames)])
 
 
+def portrait(width: int = 832, height: int = 448) -> np.ndarray:
+    """A start image for S2V (float [H, W, 3], as a ComfyUI IMAGE's one picture)."""
+    return smooth_frames(1, height, width)[0]
+
+
 def portrait_png(width: int = 832, height: int = 448) -> bytes:
-    return image_to_png(smooth_frames(1, height, width)[0])
+    return image_to_png(portrait(width, height))
 
 
 def refused(call: Callable[[], Any]) -> LauncherError:

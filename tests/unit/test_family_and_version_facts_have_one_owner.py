@@ -13,7 +13,7 @@ import types
 import numpy as np
 import pytest
 
-from pipeline_media import portrait_png, refused
+from pipeline_media import portrait, refused
 from vllm_omni_launcher.client import media
 from vllm_omni_launcher.models import ALL_FAMILIES, FAMILIES, PIPELINE_FAMILIES, request_for
 from vllm_omni_launcher.planner import calibration
@@ -64,10 +64,10 @@ def test_the_per_token_modulation_is_planned_exactly_for_expand_timesteps_famili
 def test_s2v_takes_its_fps_from_the_family():
     s2v = PIPELINE_FAMILIES["s2v_14b"]
     audio = media.audio_clip(np.zeros((2, 32000), np.float32), 16000)     # 2 s of silence
-    assert request_for(s2v, prompt="x", image_png=portrait_png(), audio=audio).fps == s2v.fps == 16.0
+    assert request_for(s2v, prompt="x", image=portrait(), audio=audio).fps == s2v.fps == 16.0
     other = dataclasses.replace(s2v, fps=25.0)
-    assert request_for(other, prompt="x", fps=25, image_png=portrait_png(), audio=audio).fps == 25.0
-    err = refused(lambda: request_for(other, prompt="x", fps=16, image_png=portrait_png(), audio=audio))
+    assert request_for(other, prompt="x", fps=25, image=portrait(), audio=audio).fps == 25.0
+    err = refused(lambda: request_for(other, prompt="x", fps=16, image=portrait(), audio=audio))
     assert err.setting == "fps" and "set fps to 25" in err.fix and "25 frames a second" in err.why
 
 

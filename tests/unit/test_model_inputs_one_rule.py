@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from pipeline_media import portrait_png, refused
+from pipeline_media import portrait, refused
 from vllm_omni_launcher.cli.generate_cmd import CLI_WORDS
 from vllm_omni_launcher.client import media
 from vllm_omni_launcher.errors import LauncherError
@@ -60,7 +60,7 @@ def test_the_command_line_names_its_options_and_the_models_to_use_instead():
 
 
 def test_the_core_refuses_an_image_for_text_to_video_in_the_nodes_words():
-    err = refused(lambda: request_for(T2V, prompt="x", image_png=portrait_png()))
+    err = refused(lambda: request_for(T2V, prompt="x", image=portrait()))
     assert (err.what, err.setting) == ("Wan2.2 T2V-A14B does not take image", "image")
     assert err.fix == "disconnect 'image', or load Wan2.2 I2V-A14B or Wan2.2 TI2V-5B"
 

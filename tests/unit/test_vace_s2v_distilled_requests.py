@@ -12,7 +12,7 @@ import wave
 import numpy as np
 import pytest
 
-from pipeline_media import portrait_png, refused, smooth_frames
+from pipeline_media import portrait, refused, smooth_frames
 from vllm_omni_launcher.client import media
 from vllm_omni_launcher.client.frames import decode_mp4
 from vllm_omni_launcher.errors import LauncherError
@@ -112,7 +112,7 @@ def _speech(seconds: float, rate: int = 44100) -> media.AudioClip:
 
 
 def test_s2v_audio_goes_as_a_16khz_mono_wav_data_url_under_one_mebibyte():
-    form = request_for(S2V, prompt="a singer", image_png=portrait_png(), audio=_speech(7.0)).form_fields()
+    form = request_for(S2V, prompt="a singer", image=portrait(), audio=_speech(7.0)).form_fields()
     url = json.loads(form["audio_reference"])["audio_url"]
     assert url.startswith("data:audio/wav;base64,") and len(form["audio_reference"]) <= media.FORM_TEXT_PART_MAX
     with wave.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))) as reader:
@@ -131,23 +131,23 @@ def test_audio_too_long_is_refused_from_its_shape_before_conversion():
 
 
 def test_s2v_without_audio_or_image_is_refused():
-    assert refused(lambda: request_for(S2V, prompt="x", image_png=portrait_png())).setting == "audio"
+    assert refused(lambda: request_for(S2V, prompt="x", image=portrait())).setting == "audio"
     assert refused(lambda: request_for(S2V, prompt="x", audio=_speech(2.0))).setting == "image"
 
 
 def test_s2v_frames_are_per_clip_and_the_clip_length_follows_the_audio():
-    request = request_for(S2V, prompt="x", image_png=portrait_png(), audio=_speech(7.0))   # 112 frames of audio
+    request = request_for(S2V, prompt="x", image=portrait(), audio=_speech(7.0))   # 112 frames of audio
     bounds = request.bounds()
     assert bounds.min_frames <= 2 * 80 - 3 <= bounds.max_frames                      # two 80-frame clips
     bounds.check(832, 448, 157)
     with pytest.raises(LauncherError):
         bounds.check(832, 448, 400)
-    assert refused(lambda: request_for(S2V, prompt="x", frames=81, image_png=portrait_png(), audio=_speech(2.0))).fix \
+    assert refused(lambda: request_for(S2V, prompt="x", frames=81, image=portrait(), audio=_speech(2.0))).fix \
         == "set frames to 80"
 
 
 def test_s2v_refuses_another_fps_that_would_desync_the_audio():
-    err = refused(lambda: request_for(S2V, prompt="x", fps=24, image_png=portrait_png(), audio=_speech(2.0)))
+    err = refused(lambda: request_for(S2V, prompt="x", fps=24, image=portrait(), audio=_speech(2.0)))
     assert err.setting == "fps" and "16" in err.fix
 
 
