@@ -28,10 +28,13 @@ LIMIT_S = 0.3   # issue 25: overhead at 1280x704x121 under 0.3 s through the CLI
 
 def server_parts_s(stages: Optional[dict], postprocess: Optional[float], mp4: Optional[float]) -> Optional[float]:
     """The server's own seconds the log shows for one job (pipeline + postprocess + MP4 encode), None if any is
-    missing."""
-    if not stages or stages.get("pipeline_s") is None or postprocess is None or mp4 is None:
+    missing. A job whose worker wrote the MP4 itself (0.30's `preencode_mp4`) logs a postprocess of 0 and no MP4
+    encode line: its encode ran inside the pipeline's VAE decode, so the pipeline is all of it."""
+    if not stages or stages.get("pipeline_s") is None or postprocess is None:
         return None
-    return float(stages["pipeline_s"]) + float(postprocess) + float(mp4)
+    if mp4 is None and float(postprocess) != 0.0:
+        return None
+    return float(stages["pipeline_s"]) + float(postprocess) + float(mp4 or 0.0)
 
 
 def server_rest_s(levers: dict) -> Optional[float]:

@@ -70,6 +70,13 @@ def test_a_node_run_without_the_servers_timing_line_or_rest_is_not_measured():
     assert [r["ok"] for r in ov.node_rows({"runs": [_node_run("first", 11.85)]}, "5", rest_s=None)] == [False]
 
 
+def test_a_job_whose_worker_wrote_the_mp4_counts_its_pipeline_as_all_the_servers_logged_parts():
+    assert ov.server_parts_s(STAGES, 0.0, None) == pytest.approx(10.0)        # preencode_mp4: no encode line
+    assert ov.server_parts_s(STAGES, 0.9, None) is None                       # a plain job's encode line missing
+    native = {"runs": [dict(_node_run("eager-4", 10.35), server_postprocess_s=0.0, server_mp4_encode_s=None)]}
+    assert [(r["ok"], r["ours_s"]) for r in ov.node_rows(native, "5", rest_s=0.05)] == [(True, 0.3)]
+
+
 def _rows(cli: list[float], node: list[float]) -> list[dict]:
     return ([{"path": "cli", "ok": True, "ours_s": x} for x in cli]
             + [{"path": "node", "ok": True, "ours_s": x} for x in node])
