@@ -26,8 +26,13 @@ with the shipped node's, so each variant's medians stand as a ratio against the 
                      the last byte is in, beside the decode's last frames);
   node_workers4, node_threads12: the decoder's settings (4 conversion threads; 12 decoder threads).
 
+`node_local`, `cli_local`, `client_local`: the same paths given the server's storage folder, as a server the
+launcher started here gives it (Supervisor.storage_dir): the stub server stores each finished MP4 there as upstream
+does, and the client reads it there instead of downloading it (client/local_result.py); the report's
+`local_over_http` gives each one's medians as a ratio of its HTTP path's, from the same run.
+
     COMFYUI_PYTHON bench/node_overhead.py --comfy-dir COMFYUI_DIR [--serve-python .venv-server/bin/python] \
-        [--jobs 4] [--job-s 3] [--paths node,node_delete_after,cli,client] [--out DIR]
+        [--jobs 4] [--job-s 3] [--paths node,node_local,cli,cli_local,client,client_local] [--out DIR]
 
 Writes DIR/report.json (default bench/out/node-overhead) and prints a summary table. Without ComfyUI (the GPU
 box's CPU: `--serve-python python3`, av, starlette, uvicorn and python-multipart installed) the VIDEO is the pack's
@@ -41,6 +46,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import socket
 import statistics
 import subprocess
@@ -87,8 +93,11 @@ class Served:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
+        # its storage folder (the clip's file system: the stored file is a hard link), 0700 as launch_prep's
+        self.storage = str(clip.parent / f"storage-{os.getpid()}")
+        os.mkdir(self.storage, 0o700)
         self.proc = subprocess.Popen([python, str(ROOT / "bench" / "node_overhead_server.py"), str(clip),
-                                      str(port), str(job_s)])
+                                      str(port), str(job_s), self.storage])
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -102,6 +111,7 @@ class Served:
     def close(self) -> None:
         self.proc.terminate()
         self.proc.wait(10)
+        shutil.rmtree(self.storage, ignore_errors=True)
 
 
 class Marks:
@@ -161,6 +171,7 @@ def split(marks: Marks, start: float, end: float, job_s: float) -> dict[str, Opt
         "download_decode_s": round(t["decoded"] - t["job_done"], 4) if "decoded" in t else None,
         "download_s": round(t["downloaded"] - t["job_done"], 4) if "downloaded" in t else None,
         "read_wait_s": round(t["read_wait"], 4) if "read_wait" in t else None,
+        "disk_read_s": round(t["disk_read"], 4) if "disk_read" in t else None,
         "after_s": round(end - decoded_at, 4) if decoded_at is not None else None,
     }
 
@@ -187,24 +198,31 @@ VARIANTS: dict[str, Callable[[], ContextManager[None]]] = {
 }
 
 
-def node_job(url: str, seed: int, job_s: float, marks: Marks) -> dict:
+def node_job(url: str, seed: int, job_s: float, marks: Marks, storage: Optional[str] = None) -> dict:
+    """The node with a Remote Server handle; `storage`: its client given that folder, as a Local Server's is."""
+    from decode_levers import patched
+    from vllm_omni_launcher.client.api import VideoClient
     from vllm_omni_launcher.nodes import session
     from vllm_omni_launcher.nodes.handles import ServerHandle
 
     width, height, frames = SHAPE
     handle = ServerHandle("remote", url, "Wan-AI/Wan2.2-TI2V-5B-Diffusers", "ti2v_5b")
+    def client_for(*args: Any, **kwargs: Any) -> VideoClient:     # job_client passes None for a remote server
+        return VideoClient(*args, **{**kwargs, "storage_dir": kwargs.get("storage_dir") or storage})
+
     marks.reset()
-    start = time.monotonic()
-    image, fps, video = session.generate_video(
-        handle, node_id=None, prompt="a fox in the snow", negative_prompt="", width=width, height=height,
-        frames=frames, fps=FPS, steps=4, guidance=-1.0, seed=seed)
-    end = time.monotonic()
+    with patched(session, "VideoClient", client_for):
+        start = time.monotonic()
+        image, fps, video = session.generate_video(
+            handle, node_id=None, prompt="a fox in the snow", negative_prompt="", width=width, height=height,
+            frames=frames, fps=FPS, steps=4, guidance=-1.0, seed=seed)
+        end = time.monotonic()
     row = split(marks, start, end, job_s)
     row.update(image=list(image.shape), video=type(video).__name__)
     return row
 
 
-def cli_job(url: str, seed: int, job_s: float, marks: Marks, work: Path) -> dict:
+def cli_job(url: str, seed: int, job_s: float, marks: Marks, work: Path, storage: Optional[str] = None) -> dict:
     from vllm_omni_launcher.cli.generate_cmd import _generate
     from vllm_omni_launcher.client.api import VideoClient
     from vllm_omni_launcher.models import ALL_FAMILIES, request_for
@@ -214,14 +232,14 @@ def cli_job(url: str, seed: int, job_s: float, marks: Marks, work: Path) -> dict
                           frames=frames, fps=FPS, steps=4, seed=seed)
     args = SimpleNamespace(out=str(work / "clip.mp4"), frames_npy=None, report_json=None)
     marks.reset()
-    with VideoClient(url) as client:
+    with VideoClient(url, storage_dir=storage) as client:
         start = time.monotonic()
         _generate(args, client, request, None)
         end = time.monotonic()
     return split(marks, start, end, job_s)
 
 
-def client_job(url: str, seed: int, job_s: float, marks: Marks) -> dict:
+def client_job(url: str, seed: int, job_s: float, marks: Marks, storage: Optional[str] = None) -> dict:
     from vllm_omni_launcher.client.api import VideoClient
     from vllm_omni_launcher.models import ALL_FAMILIES, request_for
 
@@ -229,7 +247,7 @@ def client_job(url: str, seed: int, job_s: float, marks: Marks) -> dict:
     request = request_for(ALL_FAMILIES["ti2v_5b"], prompt="a fox in the snow", width=width, height=height,
                           frames=frames, fps=FPS, steps=4, seed=seed)
     marks.reset()
-    with VideoClient(url) as client:
+    with VideoClient(url, storage_dir=storage) as client:
         start = time.monotonic()
         client.generate(request)
         end = time.monotonic()
@@ -312,8 +330,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--crf", type=int, default=14, help="the made clip's x264 crf (its size)")
     p.add_argument("--jobs", type=int, default=4, help="jobs per path (the first of each is the first of its kind)")
     p.add_argument("--job-s", type=float, default=3.0, help="each job's time on the server")
-    p.add_argument("--paths", default="node,node_delete_after,cli,client",
-                   help=f"node, cli, client and the node variants: {', '.join(VARIANTS)}")
+    p.add_argument("--paths", default="node,node_local,cli,cli_local,client,client_local",
+                   help=f"node, cli, client, each with _local (read from the server's folder), and the node "
+                        f"variants: {', '.join(VARIANTS)}")
     p.add_argument("--out", default=str(ROOT / "bench" / "out" / "node-overhead"))
     a = p.parse_args(argv)
     if a.comfy_dir:
@@ -351,7 +370,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         **{name: variant(name) for name in VARIANTS},
         "node": lambda seed: node_job(served.url, seed, a.job_s, marks),
         "cli": lambda seed: cli_job(served.url, seed, a.job_s, marks, work),
-        "client": lambda seed: client_job(served.url, seed, a.job_s, marks)}
+        "client": lambda seed: client_job(served.url, seed, a.job_s, marks),
+        "node_local": lambda seed: node_job(served.url, seed, a.job_s, marks, served.storage),
+        "cli_local": lambda seed: cli_job(served.url, seed, a.job_s, marks, work, served.storage),
+        "client_local": lambda seed: client_job(served.url, seed, a.job_s, marks, served.storage)}
     try:
         for i in range(a.jobs):
             for path in rows:
@@ -375,6 +397,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         path: {k: round(v / node[k], 3) for k, v in med.items() if k in ("ours_s", "after_s", "download_decode_s")
                and v is not None and node.get(k)}
         for path, med in report["warm_medians"].items() if path != "node"}
+    report["local_over_http"] = {
+        path: {k: round(v / http[k], 3) for k, v in med.items() if v is not None and http.get(k)}
+        for path, med in report["warm_medians"].items() if path.endswith("_local")
+        for http in [report["warm_medians"].get(path[:-len("_local")], {})]}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=1))
@@ -383,6 +409,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     print("alone:", report["node_steps_alone"])
     print("decode from bytes:", json.dumps(report["decode_cpu"]))
     print("over the shipped node:", json.dumps(report["over_shipped_node"]))
+    print("local over http:", json.dumps(report["local_over_http"]))
     return 0
 
 

@@ -3,13 +3,18 @@ one file served the way upstream serves `GET /v1/videos/{id}/content` (Starlette
 on 127.0.0.1, which answers `Range` with 206). Its status answers carry upstream's fields (`status`,
 `inference_time_s`, `completed_at`) and `completed_at_precise` (time.time() when the job turned completed, to
 the microsecond: upstream truncates `completed_at` to whole seconds), so the bench can say how late the client
-saw the completion. Needs starlette and uvicorn (the server venv has both).
+saw the completion. With STORAGE (a folder of ours, 0700, as launch_prep makes a launched server's), the file
+is also stored there as upstream's LocalStorageManager stores a job's MP4 (`STORAGE/<job id>`, in place before
+the first answer that says completed; a hard link of FILE, so no copy's time lands in the poll) and removed by the
+DELETE, so a client given the folder (client/local_result.py) reads it there. Needs starlette and uvicorn (the
+server venv has both).
 
-    python bench/node_overhead_server.py FILE PORT JOB_S     # the caller polls the port until it answers
+    python bench/node_overhead_server.py FILE PORT JOB_S [STORAGE]   # the caller polls the port until it answers
 """
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 import time
 
@@ -21,12 +26,15 @@ def main() -> int:
     from starlette.routing import Route
 
     path, port, job_s = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+    storage = sys.argv[4] if len(sys.argv) > 4 else ""
     jobs: dict[str, float] = {}           # id -> time.time() of its submit
     ids = itertools.count(1)
 
     def body(job_id: str) -> dict:
         started = jobs[job_id]
         done = time.time() >= started + job_s
+        if done and storage and not os.path.lexists(os.path.join(storage, job_id)):
+            os.link(path, os.path.join(storage, job_id))      # stored, then said completed (as upstream)
         return {"id": job_id, "object": "video", "status": "completed" if done else "in_progress",
                 "progress": 100 if done else 0, "error": None,
                 "completed_at": int(started + job_s) if done else None,
@@ -50,7 +58,11 @@ def main() -> int:
         return FileResponse(path=path, media_type="video/mp4", filename=f"{video_id}.mp4")
 
     async def delete(request):  # type: ignore[no-untyped-def]
-        jobs.pop(request.path_params["video_id"], None)
+        if jobs.pop(request.path_params["video_id"], None) is not None and storage:
+            try:
+                os.remove(os.path.join(storage, request.path_params["video_id"]))
+            except FileNotFoundError:
+                pass
         return JSONResponse({"id": request.path_params["video_id"], "deleted": True})
 
     async def models(request):  # type: ignore[no-untyped-def]

@@ -34,6 +34,7 @@ from ..planner.speed_costs import cfg_runs
 from ..server.config.local_config import load_local_config
 from ..server.config.remote_servers import remote_target
 from ..server.launch.loras import request_lora_from_cli
+from ..server.launch.worker_mp4 import settle as settle_worker_mp4
 from .launch_options import add_launch_options, launch_from_args
 from .request_options import check_request_options
 
@@ -220,10 +221,12 @@ def run(args: argparse.Namespace) -> int:
             client = VideoClient(sup.url, api_key=sup.api_key, served_name=sup.spec.served_name,
                                  server_version=sup.server_version, deadlines=deadlines,
                                  clip_memory_gib=config.max_clip_memory_gib, supervised=True,
-                                 log_hint=f"the server log is {sup.log_path}; queue the job again")
+                                 log_hint=f"the server log is {sup.log_path}; queue the job again",
+                                 storage_dir=sup.storage_dir)
         if request is None:         # --url without --family: the server's model says which inputs it takes
             family = _served_family(client, client.base_url)
             request = _request(args, family, _checked_image(args, family))
+        settle_worker_mp4(request, *((sup.spec, sup.server_version) if sup is not None else (None, None)))
         return _generate(args, client, request, sup)
     finally:                    # also on Ctrl-C: a server this command started never outlives it
         if client is not None:

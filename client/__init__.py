@@ -26,5 +26,7 @@ Plain Python (requests, numpy, PyAV, Pillow); no ComfyUI, no torch.
 * `images`      image_to_png (IMAGE -> PNG bytes at the request's size for I2V uploads).
 * `streamed_download`  the MP4 decoded while it downloads (a Range request fetches its index);
                 `body_buffer` the buffer both answers fill and the decoder reads, blocking.
+* `local_result` a server of ours on this machine: the finished MP4 read from its storage folder
+                instead of downloaded (checked open; any doubt falls back to the download).
 * `batch`       several jobs submitted together, polled together, each decoded as it completes.
 """

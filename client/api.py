@@ -3,7 +3,8 @@
 The endpoints themselves (paths, job ids, which answers are a result) are video_jobs.py; this
 module owns what a caller sees: a cancel as GenerationCancelled (deleted or not), the clip's
 memory checked before the job is sent (clip_memory.py), and `generate`'s loop: submit, poll,
-download while decoding (streamed_download.py), delete the job on every way out, with timings.
+download while decoding (streamed_download.py; a server of ours on this machine: read from its
+storage folder instead, local_result.py), delete the job on every way out, with timings.
 
 `VideoClient.generate` polls every poll_interval (default 0.25 s), and fast only in a short
 window around the job's expected end (poll_window.py: opened by the caller's `due()` hint, e.g.
@@ -54,14 +55,17 @@ class VideoClient:
                  retry: RetryPolicy = RetryPolicy(), sleep: Callable[[float], None] = time.sleep,
                  supervised: bool = False, log_hint: Optional[str] = None,
                  clip_memory_gib: Optional[float] = None, proxy: Optional[str] = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, storage_dir: Optional[str] = None) -> None:
         """`supervised`: this launcher started the server and looks after it (a Local Server, or the
         CLI's own), so a refused connection means it is not ready or has exited, never that the user
         must start it. `log_hint` is the fix given when the server stops answering mid-job: where this
         caller's user can read what happened (by default, for a supervised server Server Status and
         its log; for a remote one the log on its own machine). `clip_memory_gib`: max_clip_memory_gib.
         `proxy`: the local config's remote_proxy (transport.py: never one from the environment).
-        `clock` (with `sleep`): the poll cadence's time, for tests that run a job's minutes in a moment."""
+        `clock` (with `sleep`): the poll cadence's time, for tests that run a job's minutes in a moment.
+        `storage_dir`: the job storage folder of a server this launcher started on this machine
+        (Supervisor.storage_dir): a finished job's MP4 is read there instead of downloaded when it can
+        be (local_result.py); None (remote servers): always downloaded."""
         if not base_url or "://" not in base_url:
             raise LauncherError(
                 f"'{base_url}' is not a server URL", "it needs a scheme and host, like http://127.0.0.1:8091",
@@ -73,7 +77,7 @@ class VideoClient:
         self.clip_memory_gib = clip_memory_gib
         self._http = Transport(self.base_url, api_key, deadlines=deadlines, retry=retry, proxy=proxy, sleep=sleep,
                                supervised=supervised)
-        self._jobs = VideoJobs(self._http, self.base_url)
+        self._jobs = VideoJobs(self._http, self.base_url, storage_dir)
         self._clock = clock
         self._round_cadence: Optional[PollCadence] = None    # wait_for_next_poll's (a batch's poll rounds)
 
@@ -127,7 +131,7 @@ class VideoClient:
         says why it cannot be real), within the body deadline. A cancel raises
         GenerationCancelled without deleting the job."""
         try:
-            return self._jobs.download(job_id, max_bytes, cap_reason, should_cancel)
+            return self._jobs.download(job_id, max_bytes, cap_reason, should_cancel).mp4
         except Cancelled:
             raise GenerationCancelled(job_id, "completed", deleted=False) from None
 
@@ -174,10 +178,13 @@ class VideoClient:
         timings (seconds, time.monotonic based, relative to just before the submit):
           submit      POST answered (job id known)
           job_done    first poll that saw the job completed
-          downloaded  MP4 bytes in hand (the decode runs meanwhile: streamed_download.py)
+          downloaded  MP4 bytes in hand (the decode runs meanwhile: streamed_download.py; or read from
+                      the server's folder, then decoded: local_result.py)
           decoded     frames and bytes in hand (decoded - downloaded: the decode left after the last byte);
                       with decode=False: the header checked
           read_wait   (decoded only) a duration: how long the decoder waited for bytes not yet downloaded
+          disk_read   (when the MP4 was read from the server's storage folder, not downloaded) a duration:
+                      that read
           queued      time the job was seen queued (duration)
           running     time the job was seen in progress (duration)
           detect_delay  (when the server reports completed_at) wall-clock seconds from the
@@ -269,12 +276,16 @@ class VideoClient:
                 mp4, video = got.mp4, got.video
                 timings["downloaded"], timings["decoded"] = got.downloaded_at - t0, got.decoded_at - t0
                 timings["read_wait"] = got.read_wait_s
+                disk_read_s = got.disk_read_s
             else:
-                mp4 = self._jobs.download(job_id, bounds.max_bytes, bounds.cap_reason, should_cancel)
+                fetched = self._jobs.download(job_id, bounds.max_bytes, bounds.cap_reason, should_cancel)
+                mp4, disk_read_s = fetched.mp4, fetched.disk_read_s
                 timings["downloaded"] = time.monotonic() - t0
                 delete_early()
                 probed = probe_mp4(mp4, bounds=bounds)
                 timings["decoded"] = time.monotonic() - t0
+            if disk_read_s is not None:
+                timings["disk_read"] = disk_read_s
         except Cancelled:
             status = state.status if state is not None else "queued"
             deleted = self.delete(job_id)

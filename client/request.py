@@ -11,6 +11,16 @@ name and path are required, the int id defaults to a hash of the path); `extra_p
 JSON object whose `sample_solver` ("unipc" default, "euler") Wan reads per request
 (`pipeline_wan2_2.py: resolve_wan_sample_solver`); RIFE frame interpolation is four flat fields
 and turns F frames into (F-1)*2**exp+1 at fps*2**exp (`postprocess/rife_interpolator.py`).
+
+The worker-side MP4 (0.30 only): `extra_params.preencode_mp4 = true` makes the Wan pipelines decode the
+VAE in chunks straight into the MP4 encoder (`diffusion/models/wan2_2/chunked_mp4.py:41-58`,
+`resolve_wan_preencode_mp4`), so the serving layer's postprocess and one-shot encode are skipped (same
+codec: H.264 yuv420p, crf 18, preset ultrafast, `media_utils.py:248-268`). It refuses frame interpolation
+and any output_type but "np" (ValueError, chunked_mp4.py:51-57) and encodes at int(fps)
+(`resolve_wan_output_fps`, chunked_mp4.py:77-87), while the serving layer's own encode keeps a fractional
+rate. 0.26 merges the key into extra_args and nothing reads it (its serving_video.py:197-204).
+Which request carries it is server/launch/worker_mp4.py's decision; `worker_mp4_blocker` below is the
+request's own part of it.
 """
 from __future__ import annotations
 
@@ -81,7 +91,7 @@ class VideoRequest:
     `sampler` ("unipc" / "euler"; None or "unipc", upstream's default, sends nothing) goes out
     as extra_params.sample_solver; `interpolation` turns on RIFE. `extra` holds further raw
     form fields for advanced use; it may not carry `model`, and its `extra_params` JSON object
-    is merged with the sampler's.
+    is merged with the sampler's and the worker-side MP4's (`preencode`).
     """
 
     prompt: str
@@ -108,6 +118,10 @@ class VideoRequest:
     reference_images: tuple[ReferenceImage, ...] = ()
     audio: Optional[AudioClip] = None
     output_frames: Optional[tuple[int, int]] = None
+    # The worker-side MP4 (extra_params.preencode_mp4; see the module docstring): True sends it, False
+    # never; None is undecided and sends nothing: server/launch/worker_mp4.py decides it for a server the
+    # launcher started (the bench sets it outright to compare both paths).
+    preencode: Optional[bool] = None
 
     def __post_init__(self) -> None:
         """Numbers are numbers: NaN, inf, text or a list in a numeric field is refused here, before
@@ -153,7 +167,14 @@ class VideoRequest:
                     "remove 'model' from the extra form fields", setting="extra")
             if value is not None:
                 form[key] = _form_text(value)
-        extra_params = _extra_params(form.get("extra_params"), self.sampler)
+        if self.preencode:
+            blocker = self.worker_mp4_blocker(server_version)
+            if blocker is not None:
+                raise LauncherError("The worker-side MP4 (preencode_mp4) cannot serve this request",
+                                    blocker, "send the request without preencode_mp4", setting="extra")
+        own = {"sample_solver": None if self.sampler in (None, DEFAULT_SAMPLER) else self.sampler,
+               "preencode_mp4": None if self.preencode is None else bool(self.preencode)}
+        extra_params = _extra_params(form.get("extra_params"), self.sampler, own)
         if extra_params is not None:
             form["extra_params"] = extra_params
         if self.lora is not None:
@@ -164,6 +185,35 @@ class VideoRequest:
             form["input_reference"] = ("image.png", bytes(self.image_png), "image/png")
         form.update(self._media_fields(server_version))
         return form
+
+    def worker_mp4_blocker(self, server_version: tuple[int, int]) -> Optional[str]:
+        """Why this request cannot take the worker-side MP4 on a server of `server_version` (None: it can):
+        the server is before 0.30, it interpolates frames or asks for another output_type (upstream raises
+        ValueError), or its fps is fractional (the worker would encode int(fps): another rate than the
+        serving layer's own encode and the response's metadata)."""
+        raw = {key for key in self.extra if self.extra[key] is not None}
+        if tuple(server_version)[:2] < (0, 30):
+            return f"vLLM-Omni {'.'.join(map(str, tuple(server_version)[:2]))} has no worker-side MP4 (0.30 added it)"
+        if self.interpolation is not None or "enable_frame_interpolation" in raw:
+            return "frame interpolation needs the decoded frames, which the worker-side MP4 never materializes"
+        if "output_type" in raw:
+            return "the worker-side MP4 only serves the default output_type"
+        try:
+            fractional = not float(self.fps).is_integer()
+        except (TypeError, ValueError):
+            fractional = True
+        if fractional:
+            return f"the worker encodes whole frame rates only (fps {self.fps} would become {int(self.fps)})"
+        return None
+
+    def raw_extra_params(self) -> dict[str, Any]:
+        """The raw `extra_params` field's object ({} without one, or where it is no JSON object:
+        form_fields refuses that)."""
+        try:
+            params = json.loads(self.extra.get("extra_params") or "{}")
+        except (TypeError, ValueError):
+            return {}
+        return params if isinstance(params, dict) else {}
 
     def _media_fields(self, server_version: tuple[int, int]) -> dict[str, Any]:
         """The VACE / S2V media parts (docs/wan-pipelines.md, section 2): a control video or one
@@ -206,14 +256,17 @@ class VideoRequest:
         return bounds
 
 
-def _extra_params(raw: Optional[str], sampler: Optional[str]) -> Optional[str]:
-    """The extra_params JSON: the raw field's object plus sample_solver for a non-default sampler."""
+def _extra_params(raw: Optional[str], sampler: Optional[str], own: dict[str, Any]) -> Optional[str]:
+    """The extra_params JSON: the raw field's object plus the request's own keys (`own`: sample_solver for a
+    non-default sampler, preencode_mp4 once decided). None is not sent, and neither is False (upstream's
+    default, said by sending nothing); a raw key that says otherwise than the request is refused."""
     if sampler is not None and sampler not in SAMPLERS:
         raise LauncherError(
             f"Sampler {sampler!r} is not known",
             f"Wan2.2 on vLLM-Omni has the samplers {', '.join(SAMPLERS)}",
             "pick unipc (the default) or euler (for 4-step distill LoRAs)", setting="sampler")
-    if sampler in (None, DEFAULT_SAMPLER):
+    own = {key: value for key, value in own.items() if value is not None}
+    if not own:
         return raw
     params: Any = {}
     if raw is not None:
@@ -226,13 +279,20 @@ def _extra_params(raw: Optional[str], sampler: Optional[str]) -> Optional[str]:
                 "The extra_params field is not a JSON object",
                 "vLLM-Omni answers 400 'Invalid JSON in form field.' to anything else",
                 'write it as a JSON object, e.g. {"flow_shift": 12}', setting="extra")
-    if params.get("sample_solver", sampler) != sampler:
-        raise LauncherError(
-            "Two samplers were given",
-            f"the sampler input says {sampler} and extra_params says {params['sample_solver']}",
-            "remove sample_solver from extra_params and use the sampler input", setting="sampler")
-    params["sample_solver"] = sampler
-    return json.dumps(params)
+    for key, value in own.items():
+        if params.get(key, value) != value:
+            source, setting = _OWN_SOURCES[key]
+            raise LauncherError(
+                f"Two values were given for {key}",
+                f"{source} says {json.dumps(value)} and extra_params says {json.dumps(params[key])}",
+                f"remove {key} from extra_params", setting=setting)
+    added = {key: value for key, value in own.items() if value is not False and key not in params}
+    return json.dumps({**params, **added}) if added else raw
+
+
+# The request's own extra_params keys: what sets each one (for a contradiction's text) and its setting.
+_OWN_SOURCES = {"sample_solver": ("the sampler input", "sampler"),
+                "preencode_mp4": ("the request's worker-side MP4 choice", "extra")}
 
 
 def _check_fps(fps: Any, server_version: tuple[int, int]) -> str:

@@ -52,6 +52,7 @@ class StreamedVideo:
     downloaded_at: float
     decoded_at: float
     read_wait_s: float = 0.0       # the decoder's time blocked on bytes not yet downloaded
+    disk_read_s: Optional[float] = None   # read from the server's own folder instead (local_result.py): seconds
 
 
 def download_decoding(http: Transport, path: str, *, what: str, job_id: str, max_bytes: int, cap_reason: str,

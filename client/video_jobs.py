@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import time
 from typing import Callable, Optional
 from urllib.parse import quote
 
@@ -30,6 +31,7 @@ from ..errors.redact import untrusted_text
 from .bounds import ClipBounds
 from .http_errors import ID_LIMIT, RETRY_STATUSES, error_message, http_error, model_ids, parse_body
 from .job_results import JobState
+from .local_result import FetchedMp4, decode_stored, read_stored
 from .request import VideoRequest
 from .streamed_download import StreamedVideo, download_decoding
 from .transport import ONE_TRY, Deadlines, RetryPolicy, Transport
@@ -45,11 +47,14 @@ HEALTH_DEADLINES = Deadlines(connect_s=2.0, first_byte_s=5.0, body_s=5.0)
 
 
 class VideoJobs:
-    """The endpoints of one server, over its Transport (retries, deadlines, key redaction)."""
+    """The endpoints of one server, over its Transport (retries, deadlines, key redaction). `storage_dir`: that
+    server's job storage folder when the launcher started it on this machine; a finished job's MP4 is then read
+    there rather than downloaded, whenever it can be (local_result.py), and downloaded otherwise."""
 
-    def __init__(self, http: Transport, base_url: str) -> None:
+    def __init__(self, http: Transport, base_url: str, storage_dir: Optional[str] = None) -> None:
         self._http = http
         self.base_url = base_url
+        self.storage_dir = storage_dir
 
     def health(self) -> bool:
         """True when GET /health answers 200 (no key needed). One short try, never raises."""
@@ -106,17 +111,26 @@ class VideoJobs:
                          job_id=job_id)
 
     def download(self, job_id: str, max_bytes: int, cap_reason: str,
-                 should_cancel: Optional[Callable[[], bool]]) -> bytes:
-        """GET /v1/videos/{id}/content: at most max_bytes, within the body deadline."""
-        return self._http.request(
+                 should_cancel: Optional[Callable[[], bool]]) -> FetchedMp4:
+        """The MP4: from the server's folder when it can be read there (local_result.py), else
+        GET /v1/videos/{id}/content: at most max_bytes, within the body deadline."""
+        stored = read_stored(self.storage_dir, job_id, max_bytes, should_cancel)
+        if stored is not None:
+            return stored
+        body = self._http.request(
             "GET", job_path(job_id, "/content"), what=_download_what(job_id), job_id=job_id,
             large_body=True, max_body=max_bytes, cap_reason=cap_reason, should_cancel=should_cancel).body
+        return FetchedMp4(body, time.monotonic())
 
     def download_decoded(self, job_id: str, bounds: ClipBounds, into: Optional[np.ndarray],
                          should_cancel: Optional[Callable[[], bool]],
                          on_downloaded: Optional[Callable[[], None]] = None) -> StreamedVideo:
-        """The content decoded while it downloads (streamed_download.py), checked against `bounds`;
-        `on_downloaded` runs once its last byte is in (the decode may still be going)."""
+        """The content decoded while it downloads (streamed_download.py), or decoded from the server's folder
+        (local_result.py), checked against `bounds`; `on_downloaded` runs once its last byte is in (the decode
+        may still be going)."""
+        stored = read_stored(self.storage_dir, job_id, bounds.max_bytes, should_cancel)
+        if stored is not None:
+            return decode_stored(stored, bounds, into, on_downloaded)
         return download_decoding(self._http, job_path(job_id, "/content"), what=_download_what(job_id),
                                  job_id=job_id, max_bytes=bounds.max_bytes, cap_reason=bounds.cap_reason,
                                  bounds=bounds, should_cancel=should_cancel, into=into, on_downloaded=on_downloaded)

@@ -29,6 +29,7 @@ from ..server.config.config_values import shown
 from ..server.config.local_config import LocalConfig, load_local_config
 from ..server.config.remote_servers import remote_target
 from ..server.launch.loras import LoraPlan, plan_loras
+from ..server.launch.worker_mp4 import settle as settle_worker_mp4
 from . import comfy_bridge, prestart_wait, progress
 from .handles import ModelChoice, ServerHandle, ServingChoice
 from .last_choices import record as record_choices
@@ -240,7 +241,8 @@ def job_client(handle: ServerHandle, reporter: progress.NodeReporter,
         (_, url, key), version = remote_target(config, handle.url, handle.remote_name), handle.server_version
     client = VideoClient(url, api_key=key, served_name=handle.served_name, server_version=version,
                          deadlines=Deadlines.from_config(config), clip_memory_gib=config.max_clip_memory_gib,
-                         proxy=config.remote_proxy, supervised=sup is not None)
+                         proxy=config.remote_proxy, supervised=sup is not None,
+                         storage_dir=sup.storage_dir if sup is not None else None)
     return client, sup
 
 
@@ -263,6 +265,9 @@ def run_jobs(handle: ServerHandle, requests: list[Any], reporter: progress.NodeR
     the stored MP4); a remote job's fast polls come from the client's record of earlier jobs."""
     head = requests[0]              # the requests differ in prompt and seed only
     client, sup = job_client(handle, reporter, cfg_runs(head.guidance, head.guidance_2), len(requests))
+    spec, version = (sup.spec, sup.server_version) if sup is not None else (None, None)
+    for request in requests:        # the worker-side MP4 where this server can make it (worker_mp4.py)
+        settle_worker_mp4(request, spec, version)
     floor, due = sup.job_hint() if sup is not None else (-1, None)   # runs up to `floor` are earlier jobs'
     bar = tracker(sup.progress if sup is not None else None, floor, client)
 

@@ -67,6 +67,7 @@ KNOWN_COST_S: dict[str, float] = {
     _C + "test_nodes_stub.py::test_auto_fallback_off_stops_with_the_plan_and_the_fix": 40,
     _C + "test_generate_auto.py": 60,
     _C + "test_prestart_last_server.py": 35,
+    _C + "test_supervised_mp4_read_from_storage.py": 30,
 }
 UNLISTED_COST_S = 0.5
 

@@ -191,7 +191,7 @@ class ServerRun:
         if self.gpu is not None:
             self.entry["nvml_after_ready_mib"] = self.gpu.peak_mib(time.monotonic() - 1.0)
         self.client = VideoClient(self.sup.url, api_key=self.sup.api_key, served_name=self.spec.served_name,
-                                  server_version=self.sup.server_version)
+                                  server_version=self.sup.server_version, storage_dir=self.sup.storage_dir)
         return self.sup, self.client
 
     def died(self) -> bool:

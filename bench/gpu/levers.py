@@ -26,14 +26,17 @@ from .common import (Deadline, Gpu, ServerRun, import_package, last_step_rate, m
 
 PROMPT = "A red fox trotting through fresh snow in a birch forest at sunrise, soft golden light, cinematic"
 NEGATIVE = "blurry, low quality, distorted, jitter, flicker, watermark, text"
-# name -> what differs from the plain eager server (a spec field or extra flags) or its requests ("params": the
-# request's extra_params). `preencode`: vLLM-Omni 0.30's worker-side MP4 (Wan pipelines, `extra_params.preencode_mp4`,
-# pipeline_wan2_2.py:725-726, 981-988): the VAE decodes in chunks of 17 frames straight into the MP4 encoder, so the
-# host copy and the encode overlap the decode and the serving layer's postprocess and one-shot encode (1.0 s + 0.7 s
-# at 1280x704x121 on an H100) are skipped. Not measured yet; nothing else in the launcher sends it.
+# name -> what differs from the plain eager server (a spec field or extra flags) or its requests ("preencode": the
+# request's worker-side MP4, VideoRequest.preencode; every other configuration's requests set it False, so each
+# measures the plain path, whatever the launcher's own jobs get). `preencode`: vLLM-Omni 0.30's worker-side MP4 (Wan
+# pipelines, `extra_params.preencode_mp4`, pipeline_wan2_2.py:725-726, 981-988): the VAE decodes in chunks of 17
+# frames straight into the MP4 encoder, so the host copy and the encode overlap the decode and the serving layer's
+# postprocess and one-shot encode are skipped: 1.8-2.0 s less per TI2V-5B 1280x704x121 job on an H200
+# (bench/results/h200-issue25-overhead-and-preencode-vllm-omni-0.30/). The launcher's own jobs get it where
+# server/launch/worker_mp4.py allows.
 CONFIGS: dict[str, dict[str, Any]] = {
     "eager": {},
-    "preencode": {"params": {"preencode_mp4": True}},
+    "preencode": {"preencode": True},
     "compile": {"compile": True},
     "cache_dit": {"cache_backend": "cache_dit"},
     "cache_dit_scm_fast": {"cache_backend": "cache_dit",
@@ -99,10 +102,9 @@ class Levers:
     def request(self, steps: int, name: str = "eager") -> Any:
         from vllm_omni_launcher.client.api import VideoRequest
 
-        params = CONFIGS[name].get("params")
         return VideoRequest(prompt=PROMPT, negative_prompt=NEGATIVE, width=self.a.width, height=self.a.height,
                             num_frames=self.a.frames, fps=24.0, steps=steps, guidance=5.0, flow_shift=8.0,
-                            seed=self.a.seed, extra={"extra_params": json.dumps(params)} if params else {})
+                            seed=self.a.seed, preencode=bool(CONFIGS[name].get("preencode", False)))
 
     @staticmethod
     def log_text(sup: Any) -> str:

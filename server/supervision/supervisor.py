@@ -123,6 +123,12 @@ class Supervisor:
         return self._from_run("log_path")
 
     @property
+    def storage_dir(self) -> Optional[str]:
+        """The folder the current server stores finished MP4s in (launch_prep.py's, on this machine): a client
+        given it reads a job's MP4 there instead of downloading it (client/local_result.py)."""
+        return self._from_run("storage") or None
+
+    @property
     def pgid(self) -> Optional[int]:
         return self._from_run("pgid")
 

@@ -80,7 +80,10 @@ def _summary(prompt: dict, params: Any, model_class: str) -> dict[str, Any]:
     out["extra_args"] = sorted((getattr(params, "extra_args", None) or {}).keys())
     from vllm_omni.diffusion.models.wan2_2.chunked_mp4 import resolve_wan_preencode_mp4
 
-    out["preencode_mp4"] = resolve_wan_preencode_mp4(params, output_type="np")   # the Wan pipelines' own reading
+    try:                                # the Wan pipelines' own reading, or its refusal (the job's error)
+        out["preencode_mp4"] = resolve_wan_preencode_mp4(params, output_type="np")
+    except ValueError as exc:
+        out["preencode_mp4"] = f"ValueError: {exc}"
     out["pre_process"] = _pre_process(model_class, prompt, params)
     for path in ([audio] if isinstance(audio, str) else []):
         if os.path.exists(path):

@@ -192,6 +192,8 @@ class StubGpuExecutor(DiffusionExecutor):
             return DiffusionOutput(error=str(exc))
         if not dummy:
             Faults.engine_finished(req.request_id, self)
+        if isinstance(media, list):       # the worker-side MP4's bytes: the pipeline's legacy output (see _forward)
+            return DiffusionOutput(output=media, peak_memory_mb=peak)
         return DiffusionOutput(media=media, peak_memory_mb=peak)
 
     def _forward(self, req, job: int | None):
@@ -236,6 +238,9 @@ class StubGpuExecutor(DiffusionExecutor):
             if not facts.is_dmd:
                 resolve_wan_sample_solver(req)
                 resolve_wan_flow_shift(req, od)
+        # The Wan pipelines read extra_params.preencode_mp4 before the denoise (pipeline_wan2_2.py:725,
+        # _i2v.py:521), refusing frame interpolation or another output_type there.
+        preencode = facts.is_wan and _preencode(sp)
         if height <= 0 or width <= 0:
             raise RuntimeError(f"Calculated latent size is zero for height={height}, width={width}")
         seed = sp.seed if sp.seed is not None else 0
@@ -266,11 +271,41 @@ class StubGpuExecutor(DiffusionExecutor):
         frames = np.stack([frame_code.encode(i, seed, width, height) for i in range(num_frames)])
         video = torch.from_numpy(frames).permute(3, 0, 1, 2).unsqueeze(0).float().div_(127.5).sub_(1.0)
         video = video.to(torch.bfloat16).expand(batch, -1, -1, -1, -1).contiguous()
+        peak_mb = (self.facts.gpu_bytes(od, self.world_size) + video.numel() * 8) / (1 << 20)
+        if preencode:
+            return _worker_mp4(video, sp), peak_mb
         media = DiffusionMediaOutput(video=VideoMediaOutput(
             tensor=video,
             spec=VideoTensorSpec(layout=VideoTensorLayout.BCTHW, encoding=VideoTensorEncoding.NORMALIZED_FLOAT,
                                  value_range=VideoValueRange.NEGATIVE_ONE_TO_ONE),
         ))
-        media = prepare_diffusion_media_for_transport(media, od_config=od, sampling_params=sp)
-        peak_mb = (self.facts.gpu_bytes(od, self.world_size) + video.numel() * 8) / (1 << 20)
-        return media, peak_mb
+        return prepare_diffusion_media_for_transport(media, od_config=od, sampling_params=sp), peak_mb
+
+
+def _preencode(sp) -> bool:
+    from vllm_omni.diffusion.models.wan2_2.chunked_mp4 import resolve_wan_preencode_mp4
+
+    return resolve_wan_preencode_mp4(sp, output_type=sp.output_type or "np")
+
+
+def _worker_mp4(video: torch.Tensor, sp) -> list[bytes]:
+    """The worker-side MP4 as the real Wan pipeline makes it (``decode_to_mp4``, pipeline_wan2_2.py:981-988): the
+    clip's temporal chunks as the Wan VAE publishes them (1 frame, then 4 per latent frame) through upstream's own
+    ``ChunkedVideoMP4Session`` with the request's fps, batching and codec options; one MP4 per batch entry."""
+    from vllm_omni.diffusion.models.wan2_2.chunked_mp4 import (
+        resolve_wan_output_fps,
+        resolve_wan_preencode_batch_frames,
+        resolve_wan_video_codec_options,
+    )
+    from vllm_omni.diffusion.utils.chunked_video import ChunkedVideoMP4Session
+
+    session = ChunkedVideoMP4Session(value_range=(-1.0, 1.0), fps=resolve_wan_output_fps(sp),
+                                     batch_frames=resolve_wan_preencode_batch_frames(sp),
+                                     video_codec_options=resolve_wan_video_codec_options(sp))
+    try:
+        for start in [0, *range(1, video.shape[2], 4)]:
+            session.push(video[:, :, start:(1 if start == 0 else start + 4)].float())
+        return session.finish()
+    except BaseException:
+        session.abort()
+        raise

@@ -58,7 +58,12 @@ What the fake GPU does
   ``VLLM_OMNI_STUB_STEP_S``.  Frames: ``frame_code.encode(i, seed, w, h)``, returned as
   the decoded video a Wan VAE returns (BCTHW, [-1, 1], bf16) after the runner's real
   ``prepare_diffusion_media_for_transport``.  Exceptions become the request's error
-  output, as in ``UniProcDiffusionExecutor.execute_request``.
+  output, as in ``UniProcDiffusionExecutor.execute_request``.  A request with
+  ``extra_params.preencode_mp4`` (0.30's worker-side MP4, which the launcher sends to the servers it
+  starts) is read by the real ``resolve_wan_preencode_mp4`` (its refusal of frame interpolation
+  included) and gets the MP4 the real Wan pipeline makes: the frames in the VAE's temporal chunks
+  through upstream's ``ChunkedVideoMP4Session``, returned as the pipeline's output bytes, which
+  upstream's Wan post-process and API layer then pass on without encoding again.
 * After the frames, the rest of a job is upstream's too: the API layer encodes the MP4, stores
   it and logs ``Video request ID persisted KEY output file.`` right before the job turns
   completed (the launcher's last fast-poll hint reads it).  The stub prints no copy of such a

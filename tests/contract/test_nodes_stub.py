@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -134,6 +135,21 @@ def test_generate_returns_image_fps_and_video_with_real_progress(local):
     assert video.data[4:8] == b"ftyp"          # the server's MP4, untouched
     assert comfy.progress and comfy.progress[-1] == (3, 3)     # real denoise steps from the server log
     assert any(text.startswith("Done: 9 frames 64x64") for text, _ in comfy.texts)
+
+
+def test_a_local_job_gets_the_worker_side_mp4_and_the_server_does_not_encode_again(local):
+    """The launcher's job to a 0.30 server it started carries extra_params.preencode_mp4 (worker_mp4.py):
+    the stub's worker encodes the MP4 as the real Wan pipeline does, and upstream's API layer passes the
+    bytes on (its log says so) instead of encoding the frames; the node decodes the same frames from them."""
+    handle, _ = local
+    log = Path(supervisor.find(handle.server_id).log_path)
+    start = len(log.read_text(errors="replace"))
+    image, fps, video = _generate(handle, seed=6)
+    assert [frame_code.decode(f) for f in image.numpy()] == [(i, 6) for i in range(9)] and fps == 12.0
+    assert video.data[4:8] == b"ftyp"
+    new = wait_for(lambda: (lambda text: text if "pre-encoded MP4 bytes" in text else None)(
+        log.read_text(errors="replace")[start:]), 60, "the server's pre-encoded MP4 line")
+    assert "Video response encoding (MP4" not in new
 
 
 def test_model_defaults_fill_zero_widgets(local):

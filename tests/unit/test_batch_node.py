@@ -14,6 +14,7 @@ from comfy_standin import run_node
 from vllm_omni_launcher.client.batch import BatchCancelled, BatchResult, BatchUpdate, Clip
 from vllm_omni_launcher.client.poll_window import Hint
 from vllm_omni_launcher.errors import LauncherError
+from vllm_omni_launcher.models import FAMILIES, request_for
 from vllm_omni_launcher.nodes import NODES, batch_session, session
 from vllm_omni_launcher.nodes.batch_session import BatchProgress, clip_plan
 from vllm_omni_launcher.nodes.handles import ServerHandle
@@ -157,7 +158,7 @@ def test_the_job_loop_hints_fast_polls_once_a_local_run_of_these_jobs_reaches_it
     # its last step; an earlier job's finished run is not these jobs'. A remote server gives none.
     log = [Denoise(4, 10, 10, True)]
     sup = SimpleNamespace(progress=lambda: log[0], job_hint=lambda: fast_poll_hint(lambda: log[0]),
-                          mark_job_activity=lambda: None) if local else None
+                          mark_job_activity=lambda: None, spec=None, server_version=None) if local else None
     monkeypatch.setattr(session, "job_client", lambda handle, reporter, cfg, jobs: (_Client(), sup))
     seen: list[Any] = []
 
@@ -170,7 +171,7 @@ def test_the_job_loop_hints_fast_polls_once_a_local_run_of_these_jobs_reaches_it
 
     reporter = Reporter()
     reporter.cancel_requested = lambda: False   # type: ignore[attr-defined]
-    requests = [SimpleNamespace(guidance=5.0, guidance_2=None)] * 2
+    requests = [request_for(FAMILIES["ti2v_5b"], prompt="a cat", guidance=5.0)] * 2
     result = session.run_jobs(None, requests, reporter, "Submitting 2 jobs",
                               lambda progress, floor, client: BatchProgress(reporter, 2, 10, progress, floor),
                               submit, BatchCancelled, lambda *a: pytest.fail("not cancelled"))

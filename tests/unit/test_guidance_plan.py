@@ -100,6 +100,7 @@ class _GpuServer:
         self.spec = self.requested_spec = spec
         self.fallback, self.keep_alive_minutes, self.pgid, self.running = fallback, keep_alive_minutes, None, False
         self.url, self.api_key, self.server_version = f"http://127.0.0.1:{9000 + len(self.started)}", None, V30
+        self.storage_dir: Optional[str] = None     # no job storage here: nothing is read from disk
 
     def start(self, on_status: Any = None, should_cancel: Any = None) -> None:
         self.started.append(self.spec)
