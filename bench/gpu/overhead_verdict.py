@@ -113,7 +113,9 @@ def verdict(rows: list[dict[str, Any]], limit_s: float = LIMIT_S) -> dict[str, A
 
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.gpu.overhead_verdict", description=__doc__.splitlines()[0])
-    p.add_argument("--levers", required=True, help="levers.json of the `levers --cli-jobs` call")
+    p.add_argument("--levers", help="levers.json of the `levers --cli-jobs` call (its CLI rows and the server rest)")
+    p.add_argument("--rest-from", help="without --levers: a levers.json of another call on the same kind of machine "
+                   "and server version, for the server rest alone (the CLI rows then come from --cli-first)")
     p.add_argument("--native", required=True, help="report.json of the head-to-head call (our side)")
     p.add_argument("--cli-first", help="--report-json of the CLI's `generate --model` job (bench/gpu/issue25.sh "
                    "cli-first), if it ran")
@@ -121,7 +123,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                    "ti2v-5b template's, read through bench/gpu/graphs.py)")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
-    levers = json.loads(Path(a.levers).read_text()) if Path(a.levers).is_file() else {}
+    if not a.levers and not a.rest_from:
+        p.error("give --levers, or --rest-from for the server rest")
+    levers = json.loads(Path(a.levers).read_text()) if a.levers and Path(a.levers).is_file() else {}
     native = json.loads(Path(a.native).read_text()) if Path(a.native).is_file() else {}
     node = a.generate_node
     if node is None:
@@ -129,10 +133,11 @@ def main(argv: Optional[list[str]] = None) -> int:
 
         lg = legacy()
         node = lg.node_of(lg.load_api(SETUPS["ti2v-5b"]["template"]), "VLLMOmniGenerateVideo")
-    rest = server_rest_s(levers)
+    rest = server_rest_s(levers if a.levers else json.loads(Path(a.rest_from).read_text()))
     first = json.loads(Path(a.cli_first).read_text()) if a.cli_first and Path(a.cli_first).is_file() else {}
     rows = [r for r in [cli_first_row(first)] if r] + cli_rows(levers) + node_rows(native, str(node), rest)
-    doc = dict(verdict(rows), server_rest_s=rest, generate_node=str(node), rows=rows)
+    doc = dict(verdict(rows), server_rest_s=rest, rest_from=a.rest_from if not a.levers else None,
+               generate_node=str(node), rows=rows)
     Path(a.out).mkdir(parents=True, exist_ok=True)
     (Path(a.out) / "overhead-verdict.json").write_text(json.dumps(doc, indent=1))
     print(doc["line"], flush=True)

@@ -77,6 +77,21 @@ def test_a_job_whose_worker_wrote_the_mp4_counts_its_pipeline_as_all_the_servers
     assert [(r["ok"], r["ours_s"]) for r in ov.node_rows(native, "5", rest_s=0.05)] == [(True, 0.3)]
 
 
+def test_without_a_levers_call_the_rest_comes_from_another_report_and_the_cli_rows_from_the_cli_process(tmp_path):
+    other = tmp_path / "levers.json"
+    other.write_text(json.dumps(_levers(_lever_job("cli", 4, 0.2, inference=11.6), _lever_job("cli", 4, 0.25, inference=11.6))))
+    native, first = tmp_path / "report.json", tmp_path / "first.json"
+    native.write_text(json.dumps({"runs": [_node_run("eager-4", 11.8)]}))
+    first.write_text(json.dumps({"timings": {"server_inference": 15.0, "decoded": 15.1}}))
+    assert ov.main(["--rest-from", str(other), "--native", str(native), "--cli-first", str(first),
+                    "--generate-node", "5", "--out", str(tmp_path / "v")]) == 0
+    doc = json.loads((tmp_path / "v" / "overhead-verdict.json").read_text())
+    assert doc["server_rest_s"] == pytest.approx(0.3) and doc["rest_from"] == str(other)
+    assert [(r["path"], r["ours_s"]) for r in doc["rows"]] == [("cli", 0.1), ("node", 0.2)]   # 11.8 - 11.3 - 0.3
+    with pytest.raises(SystemExit):
+        ov.main(["--native", str(native), "--out", str(tmp_path / "w")])
+
+
 def _rows(cli: list[float], node: list[float]) -> list[dict]:
     return ([{"path": "cli", "ok": True, "ours_s": x} for x in cli]
             + [{"path": "node", "ok": True, "ours_s": x} for x in node])
