@@ -17,8 +17,21 @@ non-contiguous view), `small` (one 64x64 frame, a 1 MB VIDEO: the fixed part). W
 Video node too (Remote Server typed URL -> Generate Video -> the same sink) against bench/node_overhead_server.py
 serving a small noise clip, its function time taken from the executor's _async_map_node_over_list marks.
 
-    /work/comfyui-venv/bin/python bench/comfyui_node_overhead.py --comfy-dir /work/comfyui-src \
-        [--runs 5] [--cases big,big_novideo,big_permuted,small] [--real] [--out FILE]
+With --local, our TI2V-5B template (Local Server) on the launcher's stub server too. Each run also sums our pack's
+ComfyUI calls inside the node (nodes/comfy_bridge.py: the bar, the status text, VIDEO, IMAGE, the Cancel flag)
+and the node's own time before the POST (`pre_submit_s`) and after the client's job (`after_job_s`). Websocket
+node times are node_times' (bench/gpu/native.py), rounded to the millisecond; the first run of a case is a
+warm-up, left out of the medians.
+
+    VLLM_OMNI_LAUNCHER_TEST_SERVER_PYTHON=.venv-server/bin/python \
+    /work/comfyui-venv/bin/python bench/comfyui_node_overhead.py --comfy-dir /work/comfyui-src [--runs 6] \
+        [--cases big,big_novideo,big_permuted,small] [--real [--real-shape 1280x704x121 --real-clip MP4]] \
+        [--local] [--out FILE]
+
+Results: bench/results/cpu-comfyui-node-overhead.json (probe cases, our node at 320x192x17 remote and local),
+bench/results/cpu-comfyui-node-overhead-fullsize-node.json (our node at 1280x704x121 on a 59 MB noise clip) and,
+for that one, bench/results/cpu-comfyui-node-overhead-same-box-node-path.json (bench/node_overhead.py: the same
+node path, clip and 0.5 s jobs without ComfyUI, on the same box).
 """
 from __future__ import annotations
 
