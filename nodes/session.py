@@ -10,6 +10,7 @@ handle's jobs, reports and stops reach after a job re-planned it is the registry
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from typing import Any, Callable, Optional
 
@@ -36,6 +37,8 @@ from .last_choices import record as record_choices
 
 NO_MODEL = "(none)"                               # interpolation_model: none picked
 INTERPOLATION = {"off": 0, "x2": 1, "x4": 2}      # frame_interpolation -> RIFE exp (frames and fps times 2**exp)
+
+log = logging.getLogger(__name__)
 
 
 # ----------------------------------------------------------------------------- local servers
@@ -177,7 +180,11 @@ def generate_video(handle: ServerHandle, *, image: Any = None, node_id: Optional
     with progress.reporting(node_id, "Checking the request") as reporter:
         request, note = build_request(handle, image=image, **widgets)
         result = _run(handle, request, reporter)
-        video = result.video
+        video, server = result.video, result.timings.get("server_inference")
+        # ComfyUI's console: the job's own times (no prompt, key or URL), so its log shows our part per job
+        log.info("vLLM-Omni job done: %d frames %dx%d at %g fps; %s, frames ready %.3f s after submit",
+                 video.num_frames, video.width, video.height, video.fps, "the server gave no time"
+                 if server is None else f"the server's own time {server:.3f} s", result.timings.get("decoded", 0.0))
         reporter.text(f"Done: {video.num_frames} frames {video.width}x{video.height} at {video.fps:g} fps "
                       f"in {result.timings.get('decoded', 0.0):.1f}s" + (f"\n{note}" if note else ""))
         return (comfy_bridge.to_image(video.frames), float(video.fps),

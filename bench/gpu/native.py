@@ -4,14 +4,17 @@ the IMAGE into Get Image Size -> Preview Any (width, height, batch): no MP4 is w
 server's MP4 encode is part of our path and counted); a few frames go to PNG for the PSNR drift.
 
 Per side, each run timed from ComfyUI's websocket (node start times, the sampler's per-step progress) and,
-for ours, the server's own stage timing and MP4 lines: first run (files to frames), a warm run (new seed and
-prompt, so the text encoder runs again), 20 steps; NVML peak of the whole GPU and host RSS (ComfyUI's process
-and the server's) per run. Between the sides ComfyUI's `/free` unloads its models and Stop Server stops ours.
+for ours, the server's own stage timing and MP4 lines and Generate Video's job line in ComfyUI's log (the
+server's `inference_time_s`, the client's frames-ready time: the node's overhead, direct): first run (files to
+frames), a warm run (new seed and prompt, so the text encoder runs again), 20 steps; NVML peak of the whole GPU
+and host RSS (ComfyUI's process and the server's) per run. Between the sides ComfyUI's `/free` unloads its
+models and Stop Server stops ours.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 import uuid
 from pathlib import Path
@@ -24,6 +27,17 @@ from .graphs import (AUTO_VARIANTS, DECODE, FAST_VARIANTS, KSAMPLER, NATIVE_VARI
                      PROMPT, RECIPES, SETUPS, SINK, legacy, native_prompt, ours_prompt, sample_frames, serving_of)
 
 __all__ = ["DECODE", "KSAMPLER", "native_prompt", "ours_prompt"]     # the graphs, as the driver's tests read them
+
+# Generate Video's INFO line in ComfyUI's log (nodes/session.py `generate_video`): the job's server and client times
+JOB_DONE = re.compile(r"vLLM-Omni job done: .*?; (?:the server's own time (?P<server>[\d.]+) s|the server gave no "
+                      r"time), frames ready (?P<ready>[\d.]+) s after submit")
+
+
+def job_done_times(text: str) -> list[dict[str, Optional[float]]]:
+    """Each Generate Video job's line in this ComfyUI log text: `server_inference_s` (the server's job status
+    `inference_time_s`; None where it gave none) and `frames_ready_s` (the client's `decoded`, from submit)."""
+    return [{"server_inference_s": None if m["server"] is None else float(m["server"]),
+             "frames_ready_s": float(m["ready"])} for m in JOB_DONE.finditer(text)]
 
 
 def node_times(events: list[dict], prompt_id: str) -> dict[str, float]:
@@ -159,6 +173,11 @@ class HeadToHead:
             return ""
         return "".join(p.read_text(errors="replace") for p in sorted(d.glob("*.log"), key=lambda p: p.stat().st_mtime))
 
+    def comfy_log_text(self) -> str:
+        """ComfyUI's own console (stdout and stderr, appended to <base>/comfyui.log): Generate Video's job line."""
+        path = Path(self.comfy.log_path)
+        return path.read_text(errors="replace") if path.is_file() else ""
+
     def queue(self, prompt: dict) -> str:
         status, body = self.comfy.post("/prompt", {"prompt": prompt, "client_id": self.client_id})
         if status != 200 or body.get("node_errors"):
@@ -183,7 +202,7 @@ class HeadToHead:
         return pid, entry, events, t0, t1, done
 
     def run(self, side: str, label: str, steps: int, prompt: dict, timeout: float) -> dict:
-        log_before = len(self.server_log_text())
+        log_before, comfy_before = len(self.server_log_text()), len(self.comfy_log_text())
         pid, entry, events, t0, t1, done = self.execute(prompt, timeout)
         status = entry.get("status", {})
         result: dict[str, Any] = {
@@ -202,6 +221,8 @@ class HeadToHead:
             result["server_mp4_encode_s"] = mp4[-1] if mp4 else None
             result["server_postprocess_s"] = post[-1] if post else None
             result["server_engine_e2e_s"] = e2e[-1] if e2e else None
+            jobs = job_done_times(self.comfy_log_text()[comfy_before:])     # the node's own job: direct times
+            result.update(jobs[-1] if jobs else {"server_inference_s": None, "frames_ready_s": None})
             gen = self.lg.node_of(prompt, "VLLMOmniGenerateVideo")
             result["generate_texts"] = [e["text"] for e in events if e["type"] == "text" and e["node"] == gen][-2:]
             result["local_server_texts"] = [e["text"] for e in events if e["type"] == "text"

@@ -5,12 +5,15 @@ written, header checked) minus the server's `inference_time_s` (its task time: e
 file save). Direct. There a client job of the same request runs first on the server, so the first job of a
 fresh server comes from the CLI process itself (`generate --model ... --report-json`, `--cli-first`).
 
-Node: the head-to-head report of our side (bench/gpu/native.py): ComfyUI times the Generate Video node from its
-websocket, but the server's `inference_time_s` never reaches the report (the node keeps the client's timings),
-so the node's part is its seconds minus the server's parts the log shows (pipeline: text encode + denoise + VAE
-decode; postprocess; MP4 encode) minus the server's rest (saving the file, scheduling), taken as the median over
-the CLI call's jobs of `inference_time_s` minus the same parts, measured on the same machine and shape. That is
-how the 0.30 levers report reached its "node ~0.44 s".
+Node: the head-to-head report of our side (bench/gpu/native.py), which times the Generate Video node from
+ComfyUI's websocket. Direct where the run has `server_inference_s` (the server's `inference_time_s`, from the
+job line Generate Video logs to ComfyUI's console): ours = the node's seconds minus it, everything from the
+node's start to its return that is not the server's job time, as the CLI's. Otherwise (a report from before
+that line) an estimate: the node's seconds minus the server's parts the log shows (pipeline: text encode +
+denoise + VAE decode; postprocess; MP4 encode) minus the server's rest (saving the file, scheduling), taken as
+the median over the CLI call's jobs of `inference_time_s` minus the same parts, measured on the same machine
+and shape. That is how the 0.30 levers report reached its "node ~0.44 s"; a job's own rest can be 0.02-0.03 s
+above the median, so the estimate may overstate. Each row names its `method`.
 
     python -m bench.gpu.overhead_verdict --levers LEVERS.json --native REPORT.json [--cli-first REPORT.json]
         [--generate-node ID] --out DIR
@@ -77,7 +80,8 @@ def cli_first_row(report: dict) -> Optional[dict[str, Any]]:
 
 
 def node_rows(native: dict, generate_node: str, rest_s: Optional[float]) -> list[dict[str, Any]]:
-    """Each successful run of our side: the Generate Video node's seconds minus the server's parts and rest."""
+    """Each successful run of our side: the Generate Video node's seconds minus the server's own job time where
+    the run has it (direct), else minus the server's parts and the median rest (estimated)."""
     rows = []
     for run in native.get("runs", []):
         if run.get("side") != "ours":
@@ -85,10 +89,14 @@ def node_rows(native: dict, generate_node: str, rest_s: Optional[float]) -> list
         node_s = (run.get("node_s") or {}).get(str(generate_node))
         parts = server_parts_s(run.get("server_stages"), run.get("server_postprocess_s"),
                                run.get("server_mp4_encode_s"))
-        ok = run.get("status") == "success" and node_s is not None and parts is not None and rest_s is not None
+        inference = run.get("server_inference_s")
+        server_s = inference if inference is not None else None if parts is None or rest_s is None else parts + rest_s
+        ok = run.get("status") == "success" and node_s is not None and server_s is not None
         rows.append({"path": "node", "run": run.get("run"), "steps": run.get("steps"), "ok": ok,
-                     "node_s": node_s, "server_parts_s": None if parts is None else round(parts, 3),
-                     "ours_s": round(node_s - parts - rest_s, 3) if ok else None})
+                     "method": "direct" if inference is not None else "stage parts and median rest",
+                     "node_s": node_s, "server_inference_s": inference,
+                     "server_parts_s": None if parts is None else round(parts, 3),
+                     "ours_s": round(node_s - server_s, 3) if ok else None})
     return rows
 
 

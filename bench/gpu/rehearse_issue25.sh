@@ -7,8 +7,8 @@
 # the stub server (tests/contract/stub_vllm_serve.py) and a real ComfyUI 0.3.64 --cpu: setup26 on the real 0.26
 # pieces (.kit/qNN, copied as receive26 leaves them; with KIT26=0 skipped) with the server venv's python as the
 # image's, cli-first, cli, node, overhead, fused (the GPU kit's tiny T2V-A14B, KIT_MODELS), mem26. Exit status 0
-# when every step ran, every job and run succeeded and each verdict file has its line (on CPU the verdicts are
-# "none": no NVML, no stage timing line from the stub).
+# when every step ran, every job and run succeeded and each verdict file has its line (on CPU the overhead verdict
+# is the stub's, which says nothing of a GPU, and the 0.26 memory verdict "none": no NVML).
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/../.." && pwd)"
 W="${1:-/tmp/rehearse-issue25}"

@@ -77,6 +77,15 @@ def test_server_timing_lines_of_vllm_omni_0_30_parse():
     assert common.mp4_encode_s(line) == [pytest.approx(0.78945)] and common.last_step_rate(line) == 1.76
 
 
+def test_generate_videos_job_lines_in_comfyuis_log_give_each_jobs_server_and_ready_times():
+    log = ("got prompt\nvLLM-Omni job done: 121 frames 1280x704 at 24 fps; the server's own time 13.273 s, frames "
+           "ready 13.499 s after submit\nPrompt executed in 14.02 seconds\ngot prompt\nvLLM-Omni job done: 81 frames "
+           "832x480 at 16 fps; the server gave no time, frames ready 40.125 s after submit\n")
+    assert native.job_done_times(log) == [{"server_inference_s": 13.273, "frames_ready_s": 13.499},
+                                          {"server_inference_s": None, "frames_ready_s": 40.125}]
+    assert native.job_done_times("got prompt\nPrompt executed in 14.02 seconds\n") == []   # an older pack: no line
+
+
 def test_manifest_sides_match_the_planner_sizes_and_share_one_text_encoder():
     weights.check_shared_text_encoder(MANIFEST)
     params = {name: sum(math.prod(s) for _, s, _ in (v["tensors"] if isinstance(v, dict) else v)) / 1e9

@@ -1,8 +1,9 @@
 """Issue 25's device verdicts, from the reports the device calls write (bench/gpu/issue25.sh):
 
 * the overhead verdict (bench/gpu/overhead_verdict.py): the CLI's part of a job is read from each CLI job of the
-  `levers --cli-jobs` report; the node's is the Generate Video node's seconds minus the server's logged parts and
-  the server's rest (the median, over the CLI call's jobs, of `inference_time_s` minus those parts); the verdict is
+  `levers --cli-jobs` report; the node's is the Generate Video node's seconds minus the job's own `inference_time_s`
+  where the run has it (direct), else minus the server's logged parts and the server's rest (the median, over the
+  CLI call's jobs, of `inference_time_s` minus those parts), each row naming its method; the verdict is
   "under 0.3 s" only when every measured job of both paths is, and there is none while a path has no measured job;
 * the 0.26 memory verdict (bench/gpu/memory26_verdict.py): a calibrate report's jobs count under the committed 0.26
   points' validity rule, are predicted with the 0.26 line's coefficients, and the verdict is "within 10%" only when
@@ -62,6 +63,21 @@ def test_node_overhead_is_the_generate_nodes_seconds_minus_the_servers_parts_and
                        {"side": "native", "run": "first", "status": "success", "node_s": {"5": 1.0}}]}
     rows = ov.node_rows(native, "5", rest_s=0.15)
     assert [(r["run"], r["ok"], r["ours_s"]) for r in rows] == [("first", True, 0.4), ("eager-4", True, 0.25)]
+    assert {r["method"] for r in rows} == {"stage parts and median rest"}     # no job time in these runs
+
+
+def test_a_node_run_with_the_jobs_own_server_time_is_measured_directly_whatever_the_rest():
+    # 11.7 s of node minus the job's own 11.42 s: not 11.7 - 11.3 - the median 0.15 the estimate would give
+    native = {"runs": [dict(_node_run("eager-4", 11.7), server_inference_s=11.42), _node_run("first", 11.85),
+                       dict(_node_run("eager-20", 11.9, stages=None), server_inference_s=11.6)]}
+    rows = ov.node_rows(native, "5", rest_s=0.15)
+    assert [(r["run"], r["ok"], r["method"], r["ours_s"]) for r in rows] == [
+        ("eager-4", True, "direct", 0.28), ("first", True, "stage parts and median rest", 0.4),
+        ("eager-20", True, "direct", 0.3)]     # no stage line needed where the job's own time is there
+    assert [(r["ok"], r["ours_s"]) for r in ov.node_rows({"runs": native["runs"][:1]}, "5", rest_s=None)] == [
+        (True, 0.28)]                          # nor a server rest
+    failed = dict(_node_run("eager-4", 11.7, status="error"), server_inference_s=11.42)
+    assert [r["ok"] for r in ov.node_rows({"runs": [failed]}, "5", rest_s=0.15)] == [False]
 
 
 def test_a_node_run_without_the_servers_timing_line_or_rest_is_not_measured():
