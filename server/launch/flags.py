@@ -182,6 +182,20 @@ def check_extra_flags(extra_flags: Sequence[str], version: Version) -> None:
         i += 1
 
 
+def batch_width(extra_flags: tuple[str, ...]) -> int:
+    """--max-num-seqs in `extra_flags` ("--max-num-seqs=2" or "--max-num-seqs", "2"); 1 without it (a value that is
+    no whole number is refused by check_extra_flags before any launch)."""
+    args = list(extra_flags)
+    for i, arg in enumerate(args):
+        name, _, value = arg.partition("=")
+        if name == "--max-num-seqs":
+            text = value if "=" in arg else (args[i + 1] if i + 1 < len(args) else "1")
+            try:
+                return int(text)
+            except ValueError:
+                return 1          # check_extra_flags refuses it before any launch
+    return 1
+
 
 def _check_batch_width(value: str, version: Version) -> None:
     """--max-num-seqs is a whole number >= 1, and above 1 only where the Wan pipelines can batch."""

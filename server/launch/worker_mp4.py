@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
-from .flags import Version
+from .flags import Version, batch_width
 
 if TYPE_CHECKING:
     from .spec import LaunchSpec
@@ -57,20 +57,6 @@ def server_blocker(spec: "LaunchSpec") -> Optional[str]:
     return None
 
 
-def batch_width(extra_flags: tuple[str, ...]) -> int:
-    """--max-num-seqs in `extra_flags` ("--max-num-seqs=2" or "--max-num-seqs", "2"); 1 without it."""
-    args = list(extra_flags)
-    for i, arg in enumerate(args):
-        name, _, value = arg.partition("=")
-        if name == "--max-num-seqs":
-            text = value if "=" in arg else (args[i + 1] if i + 1 < len(args) else "1")
-            try:
-                return int(text)
-            except ValueError:
-                return 1          # check_extra_flags refuses it before any launch
-    return 1
-
-
 def settle(request: Any, spec: Optional["LaunchSpec"], version: Optional[Version]) -> None:
     """Decide `request.preencode` where it is undecided (None): True for a server this launcher started
     (`spec`, `version`: its launch and the line its log names) that can take it for this request. A server
@@ -82,4 +68,4 @@ def settle(request: Any, spec: Optional["LaunchSpec"], version: Optional[Version
                          and request.worker_mp4_blocker(version) is None)
 
 
-__all__ = ["READS_PREENCODE", "batch_width", "server_blocker", "settle"]
+__all__ = ["READS_PREENCODE", "server_blocker", "settle"]

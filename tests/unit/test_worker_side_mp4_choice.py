@@ -13,9 +13,10 @@ from vllm_omni_launcher.client import media
 from vllm_omni_launcher.client.request import FrameInterpolation, VideoRequest
 from vllm_omni_launcher.errors import LauncherError
 from vllm_omni_launcher.models import ALL_FAMILIES, FAMILIES, request_for
+from vllm_omni_launcher.server.launch.flags import batch_width
 from vllm_omni_launcher.server.launch.sections import MemoryConfig, ParallelConfig
 from vllm_omni_launcher.server.launch.spec import LaunchSpec
-from vllm_omni_launcher.server.launch.worker_mp4 import batch_width, server_blocker, settle
+from vllm_omni_launcher.server.launch.worker_mp4 import server_blocker, settle
 
 V30, V26 = (0, 30), (0, 26)
 TI2V = FAMILIES["ti2v_5b"]
