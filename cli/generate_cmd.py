@@ -129,23 +129,23 @@ def _checked_image(args: argparse.Namespace, family: Any) -> Any:
     return _load_image(args.image)
 
 
-def _media(args: argparse.Namespace, family: Any, shape: dict[str, Any]) -> dict[str, Any]:
-    """The VACE / S2V media of the command line, bounded (client/media.py) and at the request's size."""
-    from ..client.media import audio_clip_from_wav, control_video_from_mp4, reference_image
+def _media(args: argparse.Namespace) -> dict[str, Any]:
+    """The VACE / S2V media of the command line, read once and bounded (client/media.py): checked before a
+    local launch, sent after it. Reference images stay pictures: models.request_for makes them at the
+    request's size, as it does --image."""
+    from ..client.media import audio_clip_from_wav, control_video_from_mp4
 
-    width, height = shape.get("width") or family.width, shape.get("height") or family.height
-    cached = getattr(args, "_media", None)
-    if cached is not None and cached[0] == (width, height):
-        return cached[1]                       # read once: checked before the launch, sent after it
-    media: dict[str, Any] = {}
+    media = getattr(args, "_media", None)
+    if media is not None:
+        return media
+    media = {}
     if args.control_video:
         media["control_video"] = control_video_from_mp4(args.control_video)
     if args.reference_image:
-        media["reference_images"] = tuple(reference_image(_read_rgb(path, "--reference-image"), width, height)
-                                          for path in args.reference_image)
+        media["reference_images"] = tuple(_read_rgb(path, "--reference-image") for path in args.reference_image)
     if args.audio:
         media["audio"] = audio_clip_from_wav(args.audio)
-    args._media = ((width, height), media)
+    args._media = media
     return media
 
 
@@ -195,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
         picked = "" if args.model else _pick_model(args, config)
         image = _checked_image(args, family_for(args.model))     # a missing or unreadable --image too
         if family_for(args.model).pipeline in ("vace", "s2v"):   # their media, checked before anything starts
-            _request(args, family_for(args.model), image)
+            _request(args, family_for(args.model), image, convert_pictures=False)   # made at the plan's size below
         # Refuses at once a machine without GPUs (before the model line, which would only say that
         # nothing could be planned), and checks the server environment's pair too.
         try:
@@ -258,9 +258,10 @@ def _runs_cfg(args: argparse.Namespace) -> bool:
 
 
 def _request(args: argparse.Namespace, family: Any, image: Any,
-             limit: Optional[RequestLimit] = None) -> Any:
+             limit: Optional[RequestLimit] = None, convert_pictures: bool = True) -> Any:
     """The request with the model's defaults filled in and checked (models.request_for, as the node does),
-    with the serving plan's size and frames where the options leave them to the model."""
+    with the serving plan's size and frames where the options leave them to the model; `convert_pictures`
+    False: checked only, no picture converted (request_for's), for the check before a local launch."""
     shape: dict[str, Any] = {"width": args.width, "height": args.height, "frames": args.frames}
     if limit is not None:
         shape, note = limit.apply(shape)
@@ -272,7 +273,8 @@ def _request(args: argparse.Namespace, family: Any, image: Any,
     request = request_for(
         family, prompt=args.prompt, negative_prompt=args.negative_prompt, fps=args.fps, steps=args.steps,
         guidance=args.guidance, guidance_2=args.guidance_2, boundary_ratio=args.boundary_ratio,
-        flow_shift=args.flow_shift, seed=args.seed, image=image, **shape, **_media(args, family, shape))
+        flow_shift=args.flow_shift, seed=args.seed, image=image, convert_pictures=convert_pictures, **shape,
+        **_media(args))
     lora = request_lora_from_cli(args.lora_request, family) if args.lora_request else None
     return replace(request, sampler=args.sampler, lora=lora)
 

@@ -85,6 +85,19 @@ def shrink_factor(width: int, height: int) -> int:
     return k
 
 
+def check_picture(arr: np.ndarray, what: str, setting: str) -> None:
+    """The refusals capped_uint8_rgb makes before it converts anything: a picture over MAX_INPUT_PIXELS
+    or one not of numbers. Apart, so that a request checks every picture it has before converting any."""
+    height, width = int(arr.shape[0]), int(arr.shape[1])
+    if width * height > MAX_INPUT_PIXELS:
+        raise LauncherError(
+            f"{what} is {width}x{height} ({width * height / 1e6:.1f} MP)",
+            f"the launcher shrinks pictures of up to {MAX_INPUT_PIXELS / 1e6:.1f} MP (32768x32768) to at most "
+            "the largest video size (4096x4096); this one is far past any video, and shrinking it costs time in "
+            "proportion", f"resize it with ComfyUI's Upscale Image node before '{setting}'", setting=setting)
+    _check_numbers(arr, what, setting)
+
+
 def capped_uint8_rgb(arr: np.ndarray, what: str, setting: str) -> np.ndarray:
     """A picture as uint8_rgb takes it, as uint8 of at most MAX_IMAGE_PIXELS: one within the cap is
     uint8_rgb's; a larger one is the average of each k x k block (k = shrink_factor), computed one
@@ -93,17 +106,11 @@ def capped_uint8_rgb(arr: np.ndarray, what: str, setting: str) -> np.ndarray:
     refused, naming `setting`, before anything is allocated."""
     if arr.ndim == 3 and arr.shape[2] == 4:
         arr = arr[:, :, :3]
+    check_picture(arr, what, setting)
     height, width = int(arr.shape[0]), int(arr.shape[1])
-    if width * height > MAX_INPUT_PIXELS:
-        raise LauncherError(
-            f"{what} is {width}x{height} ({width * height / 1e6:.1f} MP)",
-            f"the launcher shrinks pictures of up to {MAX_INPUT_PIXELS / 1e6:.1f} MP (32768x32768) to at most "
-            "the largest video size (4096x4096); this one is far past any video, and shrinking it costs time in "
-            "proportion", f"resize it with ComfyUI's Upscale Image node before '{setting}'", setting=setting)
     k = shrink_factor(width, height)
     if k == 1:
         return uint8_rgb(arr, what, setting)
-    _check_numbers(arr, what, setting)
     out = np.empty((-(-height // k), -(-width // k)) + arr.shape[2:], dtype=np.uint8)
     cols = min(out.shape[1], max(1, ROW_BLOCK_PIXELS // (k * min(k, height))))  # a tile's output columns
     rows = max(1, ROW_BLOCK_PIXELS // (k * k * cols))                             # and its output rows
@@ -152,6 +159,21 @@ def image_to_png(image: Any, size: Optional[tuple[int, int]] = None, *, compress
     stretched to it as the server would (`stretched`), so a 12 MP photo goes up as an 832x480 PNG.
     Without it, the PNG keeps the picture's own size (what a full-size upload held: tests, bench).
     """
+    arr = start_picture(image)
+    if size is not None:
+        picture = stretched(arr, size, "The start image", "image")
+    else:
+        from PIL import Image  # noqa: PLC0415
+
+        picture = Image.fromarray(capped_uint8_rgb(arr, "The start image", "image"))
+    buf = io.BytesIO()
+    picture.save(buf, format="PNG", compress_level=compress_level)
+    return buf.getvalue()
+
+
+def start_picture(image: Any) -> np.ndarray:
+    """The start image as one picture ([H, W, C] or [H, W]), refused for its shape, size or type before
+    any pixel is converted (image_to_png's input; models.request_for checks it before converting any picture)."""
     arr = np.asarray(image)
     if arr.ndim == 4:
         if arr.shape[0] != 1:
@@ -171,16 +193,9 @@ def image_to_png(image: Any, size: Optional[tuple[int, int]] = None, *, compress
             "connect an IMAGE output (e.g. Load Image) to the 'image' input",
             setting="image",
         )
-    if size is not None:
-        picture = stretched(arr, size, "The start image", "image")
-    else:
-        from PIL import Image  # noqa: PLC0415
-
-        picture = Image.fromarray(capped_uint8_rgb(arr, "The start image", "image"))
-    buf = io.BytesIO()
-    picture.save(buf, format="PNG", compress_level=compress_level)
-    return buf.getvalue()
+    check_picture(arr, "The start image", "image")
+    return arr
 
 
-__all__ = ["MAX_IMAGE_PIXELS", "MAX_INPUT_PIXELS", "capped_uint8_rgb", "image_to_png", "shrink_factor", "stretched",
-           "uint8_rgb"]
+__all__ = ["MAX_IMAGE_PIXELS", "MAX_INPUT_PIXELS", "capped_uint8_rgb", "check_picture", "image_to_png", "shrink_factor",
+           "start_picture", "stretched", "uint8_rgb"]

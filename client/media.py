@@ -20,12 +20,12 @@ import json
 import os
 import wave
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
 from ..errors import LauncherError
-from .images import stretched, uint8_rgb
+from .images import check_picture, stretched, uint8_rgb
 
 FORM_TEXT_PART_MAX = 1 << 20          # Starlette's max_part_size for a text part (formparsers.py:172-173)
 MAX_REFERENCE_IMAGES = 4              # VACE R2V: one JSON part holds them all (< 1 MiB)
@@ -52,7 +52,8 @@ class ControlVideo:
 
 @dataclass(frozen=True)
 class ReferenceImage:
-    """One VACE reference image, already at the request's size (the server would stretch it so)."""
+    """One VACE reference image at the request's size (the server would stretch it so), as
+    models.request_for makes it (reference_image) from the picture given."""
 
     width: int
     height: int
@@ -92,25 +93,10 @@ def _fits_text_part(value: str, setting: str, what: str, fix: str) -> None:
             f"1 MiB; this one would be {len(value) / (1 << 20):.2f} MiB", fix, setting=setting)
 
 
-def check_fits(*, width: int, height: int, frames: int, control_video: Optional[ControlVideo],
-               reference_images: tuple[ReferenceImage, ...]) -> None:
-    """Refuse media that does not fit the request's width x height x frames (docs/wan-pipelines.md,
-    section 3: VACE conditions at the control video's own size and frame count, while it denoises
-    at the request's, and fails late on a mismatch)."""
-    if control_video is not None:
-        check_control_fits(control_video.frames, control_video.width, control_video.height,
-                           frames=frames, width=width, height=height)
-    for ref in reference_images:
-        if (ref.width, ref.height) != (width, height):
-            raise LauncherError(f"A reference image is {ref.width}x{ref.height}, the request {width}x{height}",
-                                "references are sent at the request's size", "build them for this width x height",
-                                setting="reference_images")
-
-
 def check_control_fits(got_frames: int, got_width: int, got_height: int, *, frames: int, width: int,
                        height: int) -> None:
     """A control video of got_frames x got_width x got_height against the request's shape: the node checks
-    an IMAGE batch's shape with it before encoding anything, check_fits the encoded video."""
+    an IMAGE batch's shape with it before encoding anything, models.request_for the encoded video."""
     if (got_width, got_height) != (width, height):
         raise LauncherError(
             f"The control video is {got_width}x{got_height}, the request {width}x{height}",
@@ -205,10 +191,33 @@ def _control_too_large(size: int) -> LauncherError:
 
 
 # ----------------------------------------------------------------------------- reference images
-def reference_image(image: Any, width: int, height: int) -> ReferenceImage:
-    """One image (ComfyUI IMAGE [1, H, W, 3] / [H, W, 3], float 0..1 or uint8) as a reference at
-    width x height: the LANCZOS stretch vLLM-Omni applies itself (images.stretched), from the
-    picture shrunk to at most images.MAX_IMAGE_PIXELS first (block averages, never a full-size copy)."""
+def reference_count(images: Optional[Sequence[Any]]) -> int:
+    """How many reference images `images` holds (see reference_pictures), from its shape or length alone:
+    what the cap (check_reference_count) is checked against before any picture is looked at."""
+    if images is None:
+        return 0
+    shape = getattr(images, "shape", None)
+    if shape is None:
+        return len(images)
+    return int(shape[0]) if len(shape) == 4 else 1
+
+
+def reference_pictures(images: Optional[Sequence[Any]]) -> tuple[np.ndarray, ...]:
+    """The reference images as given (an IMAGE batch [N, H, W, C]; one picture; or a sequence of pictures,
+    each [H, W, C] or [1, H, W, C], float 0..1 or uint8) as one checked picture [H, W, C] each: their count
+    first (check_reference_count), then every one's shape, size and type, before any pixel is converted."""
+    count = reference_count(images)
+    check_reference_count(count)
+    if count == 0:
+        return ()
+    shape = getattr(images, "shape", None)
+    pictures = [images] if shape is not None and len(shape) != 4 else images
+    return tuple(_reference_picture(pictures[i]) for i in range(count))
+
+
+def _reference_picture(image: Any) -> np.ndarray:
+    """One reference ([H, W, C] or [1, H, W, C]) as [H, W, C], refused for its shape, size or type without
+    converting a pixel: reference_pictures checks them all with it before reference_image encodes any."""
     arr = np.asarray(image)
     if arr.ndim == 4 and arr.shape[0] == 1:
         arr = arr[0]
@@ -216,7 +225,16 @@ def reference_image(image: Any, width: int, height: int) -> ReferenceImage:
         raise LauncherError(f"A reference image has shape {tuple(np.asarray(image).shape)}",
                             "each reference must be one RGB image [H, W, 3]",
                             "connect an IMAGE (e.g. Load Image) to 'reference_images'", setting="reference_images")
-    picture = stretched(arr, (width, height), "A reference image", "reference_images")
+    check_picture(arr, "A reference image", "reference_images")
+    return arr
+
+
+def reference_image(image: Any, width: int, height: int) -> ReferenceImage:
+    """One image (ComfyUI IMAGE [1, H, W, 3] / [H, W, 3], float 0..1 or uint8) as a reference at
+    width x height (models.request_for's, which calls this last): the LANCZOS stretch vLLM-Omni applies
+    itself (images.stretched), from the picture shrunk to at most images.MAX_IMAGE_PIXELS first (block
+    averages, never a full-size copy)."""
+    picture = stretched(_reference_picture(image), (width, height), "A reference image", "reference_images")
     out = io.BytesIO()
     picture.save(out, format="JPEG", quality=92)
     return ReferenceImage(int(width), int(height), out.getvalue())
@@ -230,16 +248,6 @@ def check_reference_count(count: int, name: str = "reference_images") -> None:
                             f"VACE takes at most {MAX_REFERENCE_IMAGES} here: they travel in one form field "
                             "of at most 1 MiB", f"pass at most {MAX_REFERENCE_IMAGES} images as {name}",
                             setting=name)
-
-
-def reference_images_from_batch(batch: Any, width: int, height: int) -> tuple[ReferenceImage, ...]:
-    """Every image of an IMAGE batch [N, H, W, 3] as a reference, N checked before any is encoded."""
-    shape = tuple(int(s) for s in getattr(batch, "shape", np.shape(batch)))
-    count = shape[0] if len(shape) == 4 else 1
-    check_reference_count(count)
-    if len(shape) != 4:
-        return (reference_image(batch, width, height),)
-    return tuple(reference_image(batch[i], width, height) for i in range(count))
 
 
 # ----------------------------------------------------------------------------- audio
@@ -327,6 +335,6 @@ def _import_av() -> Any:
 
 
 __all__ = ["AudioClip", "ControlVideo", "MAX_AUDIO_S", "MAX_CONTROL_FRAMES", "MAX_REFERENCE_IMAGES", "ReferenceImage",
-           "audio_clip", "audio_clip_from_wav", "check_control_fits", "check_fits", "control_video_from_frames",
-           "control_video_from_mp4", "reference_image", "reference_images_from_batch", "reference_images_value",
-           "s2v_output_frames"]
+           "audio_clip", "audio_clip_from_wav", "check_control_fits", "check_reference_count",
+           "control_video_from_frames", "control_video_from_mp4", "reference_count", "reference_image",
+           "reference_pictures", "reference_images_value", "s2v_output_frames"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from ..client.request_fields import REQUEST_FIELDS, SEED, RequestField
 from ..errors import LauncherError
@@ -20,7 +20,7 @@ from .families import (ALL_FAMILIES, FAMILIES, LOCAL_PREFIX, PIPELINE_FAMILIES, 
 from .inputs import NODE_WORDS, InputWords, check_inputs, inputs_taken
 
 if TYPE_CHECKING:
-    from ..client.media import AudioClip, ControlVideo, ReferenceImage
+    from ..client.media import AudioClip, ControlVideo
     from ..client.request import VideoRequest
 
 __all__ = ["ALL_FAMILIES", "FAMILIES", "LOCAL_PREFIX", "NODE_WORDS", "PIPELINE_FAMILIES", "REQUEST_FIELDS",
@@ -118,8 +118,8 @@ def request_for(family: WanFamily, *, prompt: str, negative_prompt: Optional[str
                 guidance_2: Optional[float] = None, boundary_ratio: Optional[float] = None,
                 flow_shift: Optional[float] = None, seed: Optional[int] = None,
                 image: Any = None, control_video: Optional["ControlVideo"] = None,
-                reference_images: tuple["ReferenceImage", ...] = (),
-                audio: Optional["AudioClip"] = None) -> "VideoRequest":
+                reference_images: Optional[Sequence[Any]] = None, audio: Optional["AudioClip"] = None,
+                convert_pictures: bool = True) -> "VideoRequest":
     """The one place request defaults are filled in and checked (nodes and CLI).
 
     A value left out takes the model's recommended one: None, or the node widgets' markers
@@ -129,9 +129,15 @@ def request_for(family: WanFamily, *, prompt: str, negative_prompt: Optional[str
     sends its own steps and guidance (the server runs those whatever is sent; another value is
     refused); flow_shift goes to plain Wan only (VACE, S2V and DMD read the server's --flow-shift).
     VACE takes `control_video` or `reference_images`, S2V `image` plus `audio` (client/media.py).
-    `image` is the start image as a picture (what client.images.image_to_png takes: ComfyUI IMAGE,
-    [H, W, C] float or uint8); its PNG is made here, last, at the width x height resolved here, as the
-    server would stretch it, so a full-size photo is never encoded, uploaded nor decoded.
+    The pictures come as given, and this is the one place that decides the size they are sent at:
+    `image` is the start image (what client.images.image_to_png takes: ComfyUI IMAGE, [H, W, C] float
+    or uint8), `reference_images` the VACE references (an IMAGE batch [N, H, W, C] or a sequence of
+    pictures; client.media.reference_pictures). The start image's PNG and the references' JPEGs are made
+    here, last, at the width x height resolved here, as the server would stretch them, so a full-size
+    photo is never encoded, uploaded nor decoded. Every picture is checked (count, shape, size, type)
+    before any is converted; `convert_pictures=False` makes every check and converts none, leaving the
+    request without its pictures: for a caller that checks its values early and makes the request
+    again later at a size not known yet (the CLI, before the serving plan of a local launch).
     Raises LauncherError, naming the setting and the nearest valid value, before anything
     reaches a server.
     """
@@ -155,15 +161,16 @@ def request_for(family: WanFamily, *, prompt: str, negative_prompt: Optional[str
     width, height = positive(width, family.width), positive(height, family.height)
     frames = positive(frames, family.frames)
     _check_ranges(width=width, height=height, frames=frames)
-    reference_images = tuple(reference_images)
-    check_inputs(family, [name for name, on in (("image", image is not None), ("control_video", control_video),
-                                                ("reference_images", reference_images), ("audio", audio)) if on],
-                 references=len(reference_images))
-    check_request(family, width=width, height=height, frames=frames, has_image=image is not None)
-    from ..client.media import check_fits   # lazy, as for VideoRequest
+    from ..client import media   # lazy, as for VideoRequest
 
-    check_fits(width=width, height=height, frames=frames, control_video=control_video,
-               reference_images=reference_images)
+    references = media.reference_count(reference_images)
+    check_inputs(family, [name for name, on in (("image", image is not None), ("control_video", control_video),
+                                                ("reference_images", references), ("audio", audio)) if on],
+                 references=references)
+    check_request(family, width=width, height=height, frames=frames, has_image=image is not None)
+    if control_video is not None:
+        media.check_control_fits(control_video.frames, control_video.width, control_video.height,
+                                 frames=frames, width=width, height=height)
     two = family.experts == 2
     if family.pipeline == "dmd":
         _check_distilled(family, steps, guidance)
@@ -174,20 +181,24 @@ def request_for(family: WanFamily, *, prompt: str, negative_prompt: Optional[str
     _check_ranges(**sent)
     request = VideoRequest(
         prompt=prompt, negative_prompt=negative_prompt or None, width=width, height=height, num_frames=frames, **sent,
-        control_video=control_video, reference_images=reference_images, audio=audio)
+        control_video=control_video, audio=audio)
     if family.pipeline == "s2v" and audio is not None:
-        from ..client.media import s2v_output_frames
-
         # S2V's fps is fixed (upstream's S2V_OUTPUT_FPS, pipeline_wan2_2_s2v.py:74); another MP4 rate desyncs the audio
         if request.fps != family.fps:
             raise LauncherError(f"fps {request.fps:g} is not possible for {family.label}",
                                 f"it generates {family.fps:g} frames a second to match the audio",
                                 f"set fps to {family.fps:g} (0 on the node)", setting="fps")
-        request.output_frames = s2v_output_frames(frames, audio.seconds, family.fps)
-    if image is not None:           # last: every other refusal comes before the picture is converted
-        from ..client.images import image_to_png
+        request.output_frames = media.s2v_output_frames(frames, audio.seconds, family.fps)
+    # last: every other refusal comes before the pictures are checked, and every picture is checked before
+    # any is converted
+    from ..client.images import image_to_png, start_picture
 
-        request.image_png = image_to_png(image, (request.width, request.height))
+    start = None if image is None else start_picture(image)
+    pictures = media.reference_pictures(reference_images)
+    if convert_pictures:
+        size = (request.width, request.height)
+        request.image_png = None if start is None else image_to_png(start, size)
+        request.reference_images = tuple(media.reference_image(picture, *size) for picture in pictures)
     return request
 
 

@@ -63,14 +63,10 @@ def _vace(server: ServerHandle, prompt: str, negative_prompt: str, width: int, h
         frames = frames or (count if nearest_frames(count) == count else frames)
         media.check_control_fits(count, got_w, got_h, frames=frames or family.frames, width=width, height=height)
         control = media.control_video_from_frames(control_video, fps=family.fps)
-    refs: tuple = ()
-    if reference_images is not None:          # built at the request's size, so it is fixed here
-        width, height = width or family.width, height or family.height
-        check_request(family, width=width, height=height, frames=frames or family.frames, has_image=False)
-        refs = media.reference_images_from_batch(reference_images, width, height)
+    # the reference images go as given: models.request_for makes them at the size it resolves
     return session.generate_video(server, node_id=unique_id, prompt=prompt, negative_prompt=negative_prompt,
                                   width=width, height=height, frames=frames, fps=0, steps=steps, guidance=guidance,
-                                  seed=seed, control_video=control, reference_images=refs)
+                                  seed=seed, control_video=control, reference_images=reference_images)
 
 
 def _check_size(family: Any, width: int, height: int, got_w: int, got_h: int) -> None:

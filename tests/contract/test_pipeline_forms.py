@@ -54,10 +54,10 @@ def _sent(family, request) -> dict:
 @pytest.fixture(scope="module")
 def answers(upstream_resolver) -> dict:
     control = media.control_video_from_frames(_smooth(17, 480, 832))
-    refs = media.reference_images_from_batch(_smooth(2, 300, 200), 832, 480)
     face = _smooth(1, 448, 832)[0]
     portrait = image_to_png(face)
     speech = media.audio_clip(np.sin(np.arange(16000 * 3) / 5.0)[None].astype(np.float32), 16000)
+    refs = request_for(VACE, prompt="a cat", reference_images=_smooth(2, 300, 200))     # made at its 832x480
     vace_control = _sent(VACE, request_for(VACE, prompt="a dancer", frames=17, control_video=control))
     oversized = {"prompt": "x", "num_frames": "80", "fps": "16",
                  "input_reference": ("image.png", portrait, "image/png"),
@@ -68,7 +68,7 @@ def answers(upstream_resolver) -> dict:
     bench = SimpleNamespace(a=SimpleNamespace(width=1280, height=704, frames=121, seed=1))
     cases = [
         _case("vace_control", VACE, vace_control),
-        _case("vace_refs", VACE, _sent(VACE, request_for(VACE, prompt="a cat", reference_images=refs))),
+        _case("vace_refs", VACE, _sent(VACE, refs)),
         _case("s2v", S2V, _sent(S2V, request_for(S2V, prompt="a singer", image=face, audio=speech))),
         _case("fastwan", FAST, _sent(FAST, request_for(FAST, prompt="a fox"))),
         _case("t2v", T2V, _sent(T2V, request_for(T2V, prompt="a fox"))),
@@ -79,7 +79,8 @@ def answers(upstream_resolver) -> dict:
         _case("ti2v_preencode", TI2V, levers.Levers.request(bench, 4, "preencode").form_fields()),
         _case("ti2v_eager", TI2V, levers.Levers.request(bench, 4, "eager").form_fields()),
         # What the launcher refuses itself, sent anyway: upstream's own answers.
-        _case("vace_control_and_refs", VACE, {**vace_control, "image_reference": media.reference_images_value(refs)}),
+        _case("vace_control_and_refs", VACE, {**vace_control,
+                                              "image_reference": media.reference_images_value(refs.reference_images)}),
         _case("s2v_audio_over_1mib", S2V, oversized),
         _case("ti2v_preencode_interpolated", TI2V, {**interpolated.form_fields(),
                                                      "extra_params": json.dumps({"preencode_mp4": True})}),

@@ -1,9 +1,9 @@
 """Media for the VACE / speech-to-video / step-distilled tests: frames that compress like footage, a
-portrait PNG for S2V, and the refusal a call raises (tests/unit/test_pipeline_*.py and
-test_vace_s2v_distilled_requests.py)."""
+portrait PNG for S2V, the refusal a call raises, and a node job stopped where it would be sent
+(tests/unit/test_pipeline_*.py, test_vace_*.py, test_reference_images_sent_at_request_size.py)."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pytest
@@ -33,3 +33,22 @@ def refused(call: Callable[[], Any]) -> LauncherError:
     with pytest.raises(LauncherError) as info:
         call()
     return info.value
+
+
+class Sent(Exception):
+    """Raised where a node's job would go to the server (jobs_stopped_before_sending)."""
+
+
+@pytest.fixture()
+def jobs_stopped_before_sending(monkeypatch) -> Iterator[list[Any]]:
+    """Every node job stopped where it would be sent (nodes.session._run raises Sent), its request recorded."""
+    from vllm_omni_launcher.nodes import session
+
+    requests: list[Any] = []
+
+    def job(handle: Any, request: Any, reporter: Any) -> None:
+        requests.append(request)
+        raise Sent
+
+    monkeypatch.setattr(session, "_run", job)
+    yield requests

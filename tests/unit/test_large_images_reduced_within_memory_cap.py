@@ -18,6 +18,7 @@ from PIL import Image
 from pipeline_media import refused, smooth_frames
 from vllm_omni_launcher.client import images, media
 from vllm_omni_launcher.client.images import MAX_IMAGE_PIXELS, MAX_INPUT_PIXELS, image_to_png
+from vllm_omni_launcher.models import PIPELINE_FAMILIES, request_for
 
 LANCZOS = Image.Resampling.LANCZOS
 
@@ -110,7 +111,8 @@ def test_shrinking_never_allocates_a_full_size_copy(photo):
 
 
 def test_references_over_the_cap_are_taken():
-    refs = media.reference_images_from_batch(huge(8192, 4096, batch=2), 832, 480)
+    refs = request_for(PIPELINE_FAMILIES["vace_1_3b"], prompt="x", reference_images=huge(8192, 4096, batch=2),
+                       width=832, height=480).reference_images
     assert [(r.width, r.height) for r in refs] == [(832, 480)] * 2
     assert abs(int(png_pixels(refs[0].jpeg).mean()) - 77) <= 1        # 0.3 of 255
 

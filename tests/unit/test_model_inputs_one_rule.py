@@ -69,5 +69,5 @@ def test_the_reference_cap_is_one_check_for_every_surface():
     assert refused(lambda: check_inputs(VACE, ("reference_images",), CLI_WORDS, references=5)).fix == \
         f"pass at most {media.MAX_REFERENCE_IMAGES} images as --reference-image"
     many = np.broadcast_to(np.zeros((1, 1, 1, 3), np.float32), (5, 64, 64, 3))
-    assert refused(lambda: media.reference_images_from_batch(many, 832, 480)).fix == \
+    assert refused(lambda: request_for(VACE, prompt="x", reference_images=many)).fix == \
         f"pass at most {media.MAX_REFERENCE_IMAGES} images as reference_images"

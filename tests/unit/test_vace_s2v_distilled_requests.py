@@ -62,8 +62,7 @@ def test_a_control_mp4_file_is_checked_from_its_header(tmp_path):
 
 
 def test_several_references_go_as_one_image_reference_list_at_the_request_size():
-    refs = media.reference_images_from_batch(smooth_frames(3, 300, 200), 832, 480)
-    form = request_for(VACE_SMALL, prompt="a cat", reference_images=refs).form_fields((0, 30))
+    form = request_for(VACE_SMALL, prompt="a cat", reference_images=smooth_frames(3, 300, 200)).form_fields((0, 30))
     items = json.loads(form["image_reference"])
     assert len(items) == 3 and "input_reference" not in form
     from PIL import Image
@@ -72,22 +71,23 @@ def test_several_references_go_as_one_image_reference_list_at_the_request_size()
 
 
 def test_one_reference_is_an_upload_and_several_need_0_30():
-    one = media.reference_images_from_batch(smooth_frames(1, 480, 832), 832, 480)
+    one = smooth_frames(1, 480, 832)
     assert request_for(VACE, prompt="a cat", reference_images=one).form_fields((0, 26))["input_reference"][2] == \
         "image/jpeg"
-    two = media.reference_images_from_batch(smooth_frames(2, 480, 832), 832, 480)
+    two = smooth_frames(2, 480, 832)
     err = refused(lambda: request_for(VACE, prompt="a cat", reference_images=two).form_fields((0, 26)))
     assert err.what == "2 reference images need vLLM-Omni 0.30"
 
 
 def test_more_than_four_references_are_refused_before_any_is_encoded():
     many = np.broadcast_to(np.zeros((1, 1, 1, 3), np.float32), (5, 4000, 4000, 3))
-    assert refused(lambda: media.reference_images_from_batch(many, 832, 480)).what == "5 reference images were given"
+    assert refused(lambda: request_for(VACE, prompt="a cat", reference_images=many)).what == \
+        "5 reference images were given"
 
 
 def test_references_and_a_control_video_together_are_refused_as_upstream_would():
     clip = media.control_video_from_frames(smooth_frames(17, 480, 832))
-    refs = media.reference_images_from_batch(smooth_frames(1, 480, 832), 832, 480)
+    refs = request_for(VACE, prompt="x", reference_images=smooth_frames(1, 480, 832)).reference_images
     request = request_for(VACE, prompt="x", frames=17, control_video=clip)
     request.reference_images = refs
     err = refused(request.form_fields)

@@ -1,7 +1,8 @@
 """Generate VACE Video checks the request's width and height by the model's own rule (models.check_request)
-before it encodes the control video or the reference images: a control video of a size H.264 or the model
-cannot take gets the launcher's message naming the control video (width/height 0 take its size) or the
-widget that was set, never PyAV's encoder error; a size the model takes is encoded and sent as before."""
+before it encodes the control video or the reference images (those in models.request_for): a control video of
+a size H.264 or the model cannot take gets the launcher's message naming the control video (width/height 0
+take its size) or the widget that was set, never PyAV's encoder error; a size the model takes is encoded and
+sent as before."""
 from __future__ import annotations
 
 from typing import Any
@@ -10,33 +11,31 @@ import numpy as np
 import pytest
 
 from comfy_standin import run_node
-from pipeline_media import refused, smooth_frames
+from pipeline_media import Sent, jobs_stopped_before_sending, refused, smooth_frames  # noqa: F401 (a fixture)
 from vllm_omni_launcher.client import media
 from vllm_omni_launcher.models import PIPELINE_FAMILIES
-from vllm_omni_launcher.nodes import session
 from vllm_omni_launcher.nodes.handles import ServerHandle
 
 VACE = PIPELINE_FAMILIES["vace_1_3b"]
 
 
 @pytest.fixture()
-def encoded(monkeypatch) -> list[str]:
-    """Records every encode of a control video or reference images, and stands in for the job."""
+def encoded(monkeypatch, jobs_stopped_before_sending) -> list[str]:
+    """Records every encode of a control video or a reference image (the job is stopped before it is sent)."""
     calls: list[str] = []
-    real_video, real_refs = media.control_video_from_frames, media.reference_images_from_batch
+    real_video, real_ref = media.control_video_from_frames, media.reference_image
     monkeypatch.setattr(media, "control_video_from_frames",
                         lambda *a, **k: calls.append("control_video") or real_video(*a, **k))
-    monkeypatch.setattr(media, "reference_images_from_batch",
-                        lambda *a, **k: calls.append("reference_images") or real_refs(*a, **k))
-    monkeypatch.setattr(session, "generate_video", lambda server, **kw: calls.append(kw) or ("f", 16.0, "v"))
+    monkeypatch.setattr(media, "reference_image", lambda *a, **k: calls.append("reference_image") or real_ref(*a, **k))
     return calls
 
 
-def vace(**values: Any) -> Any:
+def vace(**values: Any) -> None:
     widgets = {"prompt": "a dancer", "negative_prompt": "", "width": 0, "height": 0, "frames": 0, "steps": 0,
                "guidance": -1.0, "seed": 0}
     server = ServerHandle("remote", "http://gpu-box:8091", VACE.hf_id, VACE.key)
-    return run_node("VLLMOmniGenerateVACE", server=server, **{**widgets, **values})
+    with pytest.raises(Sent):
+        run_node("VLLMOmniGenerateVACE", server=server, **{**widgets, **values})
 
 
 @pytest.mark.parametrize("shape", [(5, 17, 17, 3), (5, 15, 32, 3), (5, 32, 24, 3)])
@@ -62,9 +61,17 @@ def test_reference_images_are_not_encoded_for_a_size_the_model_cannot_take(encod
     assert encoded == []
 
 
-def test_a_control_video_of_a_size_the_model_takes_is_encoded_and_sent(encoded):
+def test_a_control_video_of_a_size_the_model_takes_is_encoded_and_sent(encoded, jobs_stopped_before_sending):
     vace(control_video=smooth_frames(5, 32, 48))
-    assert encoded[0] == "control_video"
-    sent = encoded[1]
-    assert (sent["width"], sent["height"], sent["frames"]) == (48, 32, 5)
-    assert (sent["control_video"].width, sent["control_video"].height, sent["control_video"].frames) == (48, 32, 5)
+    assert encoded == ["control_video"]
+    (sent,) = jobs_stopped_before_sending
+    assert (sent.width, sent.height, sent.num_frames) == (48, 32, 5)
+    assert (sent.control_video.width, sent.control_video.height, sent.control_video.frames) == (48, 32, 5)
+
+
+def test_reference_images_of_a_size_the_model_takes_are_encoded_once_each_and_sent(encoded,
+                                                                                    jobs_stopped_before_sending):
+    vace(width=320, height=192, reference_images=smooth_frames(2, 64, 48))
+    (sent,) = jobs_stopped_before_sending
+    assert encoded == ["reference_image"] * 2
+    assert [(ref.width, ref.height) for ref in sent.reference_images] == [(320, 192)] * 2
